@@ -1,0 +1,6 @@
+"""Transformer blocks: residual + norm + feed-forward around `kformer.layers`."""
+
+from kformer.blocks.decoder import TransformerDecoderBlock
+from kformer.blocks.encoder import TransformerEncoderBlock
+
+__all__ = ["TransformerDecoderBlock", "TransformerEncoderBlock"]

@@ -1,0 +1,165 @@
+"""What encoder and decoder blocks share: arguments, sublayer factories, residuals."""
+
+import keras
+
+from kformer.layers.attention import MultiHeadAttention
+from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
+from kformer.layers.feed_forward import FeedForward
+from kformer.layers.moe import MixtureOfExperts
+
+
+class TransformerBlock(keras.layers.Layer):
+    """Base of the encoder and decoder blocks (not registered, not used alone).
+
+    Args:
+        num_heads: int. Attention heads; must divide the input width.
+        intermediate_dim: int. Hidden width of the feed-forward.
+        dropout: float. Residual dropout on each sublayer output (paper 5.4).
+        activation: Feed-forward activation. Defaults to `"relu"`.
+        normalize_first: bool. `False`: post-norm `LN(x + f(x))` as in the
+            paper; `True`: pre-norm `x + f(LN(x))`.
+        attention_dropout: float. Dropout on attention probabilities; it
+            disables the fused attention kernel while training. Defaults to `0.0`.
+        layer_norm_epsilon: float. Defaults to `1e-5`.
+        key_dim: int. Per-head size. Defaults to `width // num_heads`.
+        num_experts: int. `> 0` replaces the feed-forward by a
+            `MixtureOfExperts`. Defaults to `0`.
+        top_k, capacity_factor, aux_loss_weight: `MixtureOfExperts` arguments.
+        kernel_initializer: Defaults to `"glorot_uniform"`.
+        **kwargs: Passed to `keras.layers.Layer`.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        dropout=0.0,
+        activation="relu",
+        normalize_first=False,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        key_dim=None,
+        num_experts=0,
+        top_k=1,
+        capacity_factor=1.25,
+        aux_loss_weight=0.01,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_ints(num_heads=num_heads, intermediate_dim=intermediate_dim)
+        check_rates(dropout=dropout, attention_dropout=attention_dropout)
+        if not isinstance(num_experts, int) or num_experts < 0:
+            raise ValueError(f"`num_experts` must be an int >= 0. Received: num_experts={num_experts}")
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.activation = keras.activations.get(activation)
+        self.normalize_first = normalize_first
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.key_dim = key_dim
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.capacity_factor = capacity_factor
+        self.aux_loss_weight = aux_loss_weight
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+
+    def _check_width(self, inputs_shape, name):
+        if len(inputs_shape) != 3:
+            raise ValueError(
+                f"`{name}` must be (batch, seq, hidden_dim). Received: {name}.shape={tuple(inputs_shape)}"
+            )
+        hidden_dim = inputs_shape[-1]
+        if self.key_dim is None and hidden_dim % self.num_heads:
+            raise ValueError(
+                "The hidden size must be divisible by `num_heads`. Received: "
+                f"hidden_dim={hidden_dim} ({name}.shape={tuple(inputs_shape)}), "
+                f"num_heads={self.num_heads}"
+            )
+        return hidden_dim
+
+    def _attention(self, hidden_dim, name):
+        return MultiHeadAttention(
+            self.num_heads,
+            self.key_dim or hidden_dim // self.num_heads,
+            dropout=self.attention_dropout,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _dropout(self, name):
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _feed_forward(self):
+        if self.num_experts:
+            return MixtureOfExperts(
+                self.num_experts,
+                self.intermediate_dim,
+                top_k=self.top_k,
+                capacity_factor=self.capacity_factor,
+                activation=self.activation,
+                aux_loss_weight=self.aux_loss_weight,
+                kernel_initializer=clone_initializer(self.kernel_initializer),
+                dtype=self.dtype_policy,
+                name="mixture_of_experts",
+            )
+        return FeedForward(
+            self.intermediate_dim,
+            activation=self.activation,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+
+    def _residual(self, x, sublayer, norm, dropout, training):
+        """Post-norm `LN(x + f(x))` or pre-norm `x + f(LN(x))`.
+
+        `sublayer(h)` returns the output, or a tuple whose first item is the
+        output (the rest, e.g. caches, is returned after the new `x`).
+        """
+        out = sublayer(norm(x) if self.normalize_first else x)
+        out, extra = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
+        y = x + dropout(out, training=training)
+        return (y if self.normalize_first else norm(y)), extra
+
+    def _run_feed_forward(self, x, padding_mask, training):
+        def feed_forward(h):
+            if self.num_experts:
+                return self.feed_forward(h, padding_mask=padding_mask, training=training)
+            return self.feed_forward(h, training=training)
+
+        return self._residual(x, feed_forward, self.feed_forward_norm,
+                              self.feed_forward_dropout, training)[0]
+
+    def _build_feed_forward(self, inputs_shape):
+        self.feed_forward = self._feed_forward()
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm = self._norm("feed_forward_norm")
+        self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "activation": keras.activations.serialize(self.activation),
+            "normalize_first": self.normalize_first,
+            "attention_dropout": self.attention_dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "key_dim": self.key_dim,
+            "num_experts": self.num_experts,
+            "top_k": self.top_k,
+            "capacity_factor": self.capacity_factor,
+            "aux_loss_weight": self.aux_loss_weight,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

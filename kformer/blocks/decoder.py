@@ -1,0 +1,125 @@
+"""Transformer decoder block ("Attention Is All You Need", 3.1), with caches."""
+
+import keras
+
+from kformer.blocks.base import TransformerBlock
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TransformerDecoderBlock(TransformerBlock):
+    """Causal self-attention, optional cross-attention, feed-forward.
+
+    Cross-attention exists when the block is built with an `encoder_sequence`
+    (encoder-decoder); without one it is a decoder-only (GPT-style) block.
+    Arguments are those of `kformer.blocks.base.TransformerBlock`.
+
+    Call arguments:
+        decoder_sequence: `(batch, seq, hidden_dim)`.
+        encoder_sequence: `(batch, enc_seq, hidden_dim)` or None.
+        decoder_padding_mask: `(batch, seq)` (with a cache: `(batch, max_len)`).
+            Defaults to the incoming Keras mask.
+        encoder_padding_mask: `(batch, enc_seq)`. Defaults to the Keras mask
+            of `encoder_sequence`.
+        decoder_attention_mask: bool `(batch, seq, seq)` for self-attention.
+        self_attention_cache: `(batch, 2, max_len, heads, key_dim)`.
+        self_attention_cache_update_index: int or scalar tensor.
+        cross_attention_cache: `(batch, 2, enc_seq, heads, key_dim)` from
+            `compute_cross_attention_cache`; replaces `encoder_sequence`.
+        use_causal_mask: bool. Defaults to `True`.
+        training: bool.
+
+    Returns:
+        `(batch, seq, hidden_dim)`, followed by the updated self-attention
+        cache and the cross-attention cache when those were passed.
+    """
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        hidden_dim = self._check_width(decoder_sequence_shape, "decoder_sequence")
+        self.self_attention = self._attention(hidden_dim, "self_attention")
+        self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(decoder_sequence_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.cross_attention = None
+        if encoder_sequence_shape is not None:
+            self._check_width(encoder_sequence_shape, "encoder_sequence")
+            self.cross_attention = self._attention(hidden_dim, "cross_attention")
+            self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
+            self.cross_attention_norm = self._norm("cross_attention_norm")
+            self.cross_attention_norm.build(decoder_sequence_shape)
+            self.cross_attention_dropout = self._dropout("cross_attention_dropout")
+        self._build_feed_forward(decoder_sequence_shape)
+        self.built = True
+
+    def compute_cross_attention_cache(self, encoder_sequence):
+        """Cross-attention keys/values, once per source: `(batch, 2, enc_seq, heads, key_dim)`."""
+        if self.cross_attention is None:
+            raise ValueError("This block was built without an `encoder_sequence`: it has no cross-attention.")
+        return self.cross_attention.compute_cache(encoder_sequence)
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        decoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        use_causal_mask=True,
+        training=None,
+        mask=None,
+        encoder_sequence_mask=None,
+    ):
+        decoder_padding_mask = mask if decoder_padding_mask is None else decoder_padding_mask
+        if encoder_padding_mask is None:
+            encoder_padding_mask = encoder_sequence_mask
+        has_source = encoder_sequence is not None or cross_attention_cache is not None
+        if has_source and self.cross_attention is None:
+            raise ValueError(
+                "This block was built without an `encoder_sequence`, so it has no cross-attention; "
+                "build it by calling it with `encoder_sequence` first."
+            )
+        if self.cross_attention is not None and not has_source:
+            raise ValueError(
+                "This block has cross-attention: pass `encoder_sequence` or `cross_attention_cache`. "
+                "Received: encoder_sequence=None, cross_attention_cache=None"
+            )
+        if self_attention_cache is not None and self_attention_cache_update_index is None:
+            raise ValueError(
+                "`self_attention_cache_update_index` is required with `self_attention_cache`. "
+                "Received: self_attention_cache_update_index=None"
+            )
+        cached = self_attention_cache is not None
+
+        def self_attend(h):
+            return self.self_attention(
+                h, h,
+                query_mask=None if cached else decoder_padding_mask,
+                value_mask=decoder_padding_mask,
+                attention_mask=decoder_attention_mask,
+                use_causal_mask=use_causal_mask,
+                cache=self_attention_cache,
+                cache_update_index=self_attention_cache_update_index,
+                training=training,
+            )
+
+        x, extras = self._residual(decoder_sequence, self_attend, self.self_attention_norm,
+                                   self.self_attention_dropout, training)
+        if self.cross_attention is not None:
+            def cross_attend(h):
+                return self.cross_attention(
+                    h,
+                    None if cross_attention_cache is not None else encoder_sequence,
+                    query_mask=None if cached else decoder_padding_mask,
+                    value_mask=encoder_padding_mask,
+                    cache=cross_attention_cache,
+                    training=training,
+                )
+
+            x, cross_extras = self._residual(x, cross_attend, self.cross_attention_norm,
+                                             self.cross_attention_dropout, training)
+            extras += cross_extras
+        x = self._run_feed_forward(x, None if cached else decoder_padding_mask, training)
+        return (x,) + extras if extras else x

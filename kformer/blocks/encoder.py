@@ -1,0 +1,49 @@
+"""Transformer encoder block ("Attention Is All You Need", 3.1)."""
+
+import keras
+
+from kformer.blocks.base import TransformerBlock
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TransformerEncoderBlock(TransformerBlock):
+    """Self-attention then feed-forward, each with residual, dropout and LayerNorm.
+
+    Arguments are those of `kformer.blocks.base.TransformerBlock` (`num_heads`,
+    `intermediate_dim`, `dropout`, `activation`, `normalize_first`,
+    `num_experts`, ...). `num_experts > 0` makes the feed-forward a
+    `MixtureOfExperts`.
+
+    Call arguments:
+        inputs: `(batch, seq, hidden_dim)`.
+        padding_mask: `(batch, seq)`, True = real token. Defaults to the
+            incoming Keras mask.
+        attention_mask: bool `(batch, seq, seq)`, merged with the padding mask.
+        training: bool.
+
+    Returns:
+        `(batch, seq, hidden_dim)`; the input mask is passed through.
+    """
+
+    def build(self, inputs_shape):
+        hidden_dim = self._check_width(inputs_shape, "inputs")
+        self.self_attention = self._attention(hidden_dim, "self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self._build_feed_forward(inputs_shape)
+        self.built = True
+
+    def call(self, inputs, padding_mask=None, attention_mask=None, training=None, mask=None):
+        padding_mask = mask if padding_mask is None else padding_mask
+
+        def attend(h):
+            return self.self_attention(
+                h, h, query_mask=padding_mask, value_mask=padding_mask,
+                attention_mask=attention_mask, training=training,
+            )
+
+        x = self._residual(inputs, attend, self.self_attention_norm,
+                           self.self_attention_dropout, training)[0]
+        return self._run_feed_forward(x, padding_mask, training)

@@ -1,0 +1,82 @@
+"""IMDB movie reviews: JSON Lines files -> cleaned texts and labels -> tf.data.
+
+Files are `<data_dir>/imdb/{train,test,unsup}.jsonl.gz`, one
+`{"id", "label", "rating", "text"}` object a line (see data/README.md). The
+repository bundles a 5,000/2,000 sample; pass the full set's directory as
+`data_dir` for the 25,000/25,000 splits.
+"""
+
+import gzip
+import json
+import pathlib
+import re
+
+import numpy as np
+
+BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
+SPLITS = ("train", "test", "unsup")
+_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+
+
+def clean_text(text):
+    """Replace the HTML line breaks (`<br />`) of the raw reviews by spaces."""
+    return " ".join(_BREAK.sub(" ", text).split())
+
+
+def load_split(split, data_dir=None, max_examples=None):
+    """Read one split: returns (texts: list[str], labels: int32 array).
+
+    Raises a ValueError naming the path when the file is missing or not the
+    expected gzip JSON Lines.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    path = pathlib.Path(data_dir or BUNDLED_DATA_DIR) / "imdb" / f"{split}.jsonl.gz"
+    if not path.is_file():
+        raise ValueError(
+            f"IMDB file not found: {path}. Expected `<data_dir>/imdb/{split}.jsonl.gz` "
+            "(gzip JSON Lines with 'text' and 'label'); see data/README.md."
+        )
+    texts, labels = [], []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                row = json.loads(line)
+                texts.append(clean_text(row["text"]))
+                labels.append(int(row["label"]))
+                if max_examples and len(texts) >= max_examples:
+                    break
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"Corrupt IMDB file {path}: expected gzip JSON Lines objects with 'text' and "
+            f"'label' ({type(err).__name__}: {err})"
+        ) from err
+    if not texts:
+        raise ValueError(f"IMDB file {path} holds no reviews.")
+    return texts, np.asarray(labels, "int32")
+
+
+def train_validation_split(texts, labels, validation_fraction=0.1, seed=0):
+    """Shuffle with a fixed seed and carve a validation split off the end."""
+    if not 0.0 < validation_fraction < 1.0:
+        raise ValueError(
+            f"`validation_fraction` must be in (0, 1). Received: validation_fraction={validation_fraction}"
+        )
+    order = np.random.default_rng(seed).permutation(len(texts))
+    cut = len(texts) - max(1, int(round(len(texts) * validation_fraction)))
+    pick = lambda idx: ([texts[i] for i in idx], labels[idx])  # noqa: E731
+    return pick(order[:cut]), pick(order[cut:])
+
+
+def make_dataset(token_ids, labels, batch_size, shuffle=False, seed=0):
+    """A batched, prefetched `tf.data.Dataset` of `(token_ids, labels)`."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((token_ids, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    options = tf.data.Options()
+    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
+    return ds.batch(batch_size).prefetch(2).with_options(options)

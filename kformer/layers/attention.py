@@ -1,0 +1,308 @@
+"""Multi-head attention with padding/causal/explicit masks and a key/value cache."""
+
+import math
+
+import keras
+from keras import ops
+
+from kformer.layers import masks
+from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """softmax(Q K^T / sqrt(key_dim)) V per head, heads concatenated and projected.
+
+    "Attention Is All You Need", section 3.2. The weights are laid out as in
+    `keras.layers.MultiHeadAttention` (`query`, `key`, `value`,
+    `attention_output` kernels and biases, in that order), so weights move
+    between the two with `set_weights(get_weights())`. Without attention
+    scores or attention dropout the fused `ops.dot_product_attention` runs
+    (flash attention on GPUs); otherwise an explicit softmax path gives the
+    same numbers.
+
+    Args:
+        num_heads: int. Number of attention heads.
+        key_dim: int. Size of each head for query and key.
+        value_dim: int. Size of each head for value. Defaults to `key_dim`.
+        dropout: float. Dropout on the attention probabilities. Defaults to `0.0`.
+        use_bias: bool. Biases in the projections. Defaults to `True`.
+        output_dim: int. Output width. Defaults to the query width.
+        kernel_initializer: Initializer for the projection kernels.
+        bias_initializer: Initializer for the projection biases.
+        **kwargs: Passed to `keras.layers.Layer` (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: `(batch, q_len, query_dim)`.
+        value: `(batch, k_len, value_dim)`. `None` only with a precomputed
+            `cache` from `compute_cache` (cross-attention reuse).
+        key: `(batch, k_len, key_dim)`. Defaults to `value`.
+        query_mask, value_mask, key_mask: `(batch, len)` padding masks, filled
+            from incoming Keras masks when not given. Keys where `value_mask`
+            or `key_mask` is False are never attended; `query_mask` is passed
+            on as the output mask (padded queries' outputs are meaningless).
+        attention_mask: bool `(batch, q_len, k_len)`, True = may attend.
+        use_causal_mask: bool. Query `i` attends keys `<= i` (offset by
+            `cache_update_index` when decoding with a cache).
+        cache: `(batch, 2, max_len, num_heads, key_dim)` keys and values.
+        cache_update_index: int or scalar tensor. Position where the keys and
+            values of this call's `value`/`key` tokens are written.
+        return_attention_scores: bool. Also return `(batch, heads, q_len, k_len)`.
+        training: bool. Dropout only when True.
+
+    Returns:
+        `(batch, q_len, output_dim)`; with `cache`, `(output, cache)`; with
+        scores, the scores are appended last.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_ints(num_heads=num_heads, key_dim=key_dim)
+        if value_dim is not None:
+            check_positive_ints(value_dim=value_dim)
+        if output_dim is not None:
+            check_positive_ints(output_dim=output_dim)
+        check_rates(dropout=dropout)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim or key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+        def projection(name, heads_dim):
+            return keras.layers.EinsumDense(
+                "abc,cde->abde",
+                output_shape=(None, num_heads, heads_dim),
+                bias_axes="de" if use_bias else None,
+                kernel_initializer=clone_initializer(self.kernel_initializer),
+                bias_initializer=clone_initializer(self.bias_initializer),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.query_dense = projection("query", self.key_dim)
+        self.key_dense = projection("key", self.key_dim)
+        self.value_dense = projection("value", self.value_dim)
+        for dense in (self.query_dense, self.key_dense, self.value_dense):
+            dense.supports_masking = True  # masks are handled here; no "mask destroyed" warning
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        check_rank("query", query_shape, (3,))
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(key_shape)
+        self.value_dense.build(value_shape)
+        out_dim = self.output_dim or query_shape[-1]
+        self.output_dense = keras.layers.EinsumDense(
+            "abcd,cde->abe",
+            output_shape=(None, out_dim),
+            bias_axes="e" if self.use_bias else None,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name="attention_output",
+        )
+        self.output_dense.build((None, None, self.num_heads, self.value_dim))
+        self.built = True
+
+    def compute_cache(self, value, key=None):
+        """Project keys and values once: `(batch, 2, k_len, num_heads, key_dim)`.
+
+        Pass the result as `cache` with `value=None` to reuse it, e.g. for
+        cross-attention over a fixed encoder output while decoding.
+        """
+        self._check_cacheable()
+        key = value if key is None else key
+        return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+
+    def _check_cacheable(self):
+        if self.key_dim != self.value_dim:
+            raise ValueError(
+                "A key/value cache needs `key_dim == value_dim`. "
+                f"Received: key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        for name, tensor in (("query", query), ("value", value), ("key", key),
+                             ("attention_mask", attention_mask)):
+            check_rank(name, None if tensor is None else tensor.shape, (3,))
+        if value is None and cache is None:
+            raise ValueError("`value` is required unless a precomputed `cache` is passed.")
+        if cache is not None:
+            self._check_cacheable()
+            check_rank("cache", cache.shape, (5,))
+            if value is not None and cache_update_index is None:
+                raise ValueError(
+                    "`cache_update_index` is required when `cache` is passed with new "
+                    "`value` tokens. Received: cache_update_index=None. (To reuse a "
+                    "precomputed cross-attention cache, call with `value=None`.)"
+                )
+        if key is not None and value is not None and key.shape[1] != value.shape[1]:
+            if key.shape[1] is not None and value.shape[1] is not None:
+                raise ValueError(
+                    "`key` and `value` must have the same length. Received: "
+                    f"key.shape={tuple(key.shape)}, value.shape={tuple(value.shape)}"
+                )
+        key = value if key is None else key
+        if key_mask is None or key is value:
+            key_mask = None
+
+        q = self.query_dense(query)  # (batch, q_len, heads, key_dim)
+        start_index = 0
+        if cache is None:
+            k, v = self.key_dense(key), self.value_dense(value)  # (batch, k_len, heads, dim)
+        elif value is None:
+            k, v = cache[:, 0], cache[:, 1]
+        else:
+            start_index = cache_update_index
+            start = [0, cache_update_index, 0, 0]
+            k = ops.slice_update(cache[:, 0], start, ops.cast(self.key_dense(key), cache.dtype))
+            v = ops.slice_update(cache[:, 1], start, ops.cast(self.value_dense(value), cache.dtype))
+            cache = ops.stack([k, v], axis=1)
+
+        mask = self._attention_mask(
+            q, k, query_mask, value_mask, key_mask, attention_mask,
+            use_causal_mask, cache is not None and value is not None, start_index,
+        )
+        output, scores = self._attend(q, k, v, mask, return_attention_scores, training)
+        output = self.output_dense(output)  # (batch, q_len, output_dim)
+
+        results = (output,)
+        if cache is not None:
+            results += (cache,)
+        if return_attention_scores:
+            results += (scores,)
+        return results[0] if len(results) == 1 else results
+
+    def _attention_mask(
+        self, q, k, query_mask, value_mask, key_mask, attention_mask,
+        use_causal_mask, decoding, start_index,
+    ):
+        q_len, k_len = ops.shape(q)[1], ops.shape(k)[1]
+        if attention_mask is not None:
+            expected = (q.shape[0], q.shape[1], k.shape[1])
+            for got, want in zip(attention_mask.shape, expected):
+                if got is not None and want is not None and got != want and got != 1:
+                    raise ValueError(
+                        "`attention_mask` must have shape (batch, q_len, k_len) = "
+                        f"{expected}. Received: attention_mask.shape="
+                        f"{tuple(attention_mask.shape)}"
+                    )
+        causal = None
+        if use_causal_mask or decoding:
+            # With a cache, keys past the tokens written so far are never visible.
+            causal = masks.causal_mask(q_len, k_len, start_index)
+            if not use_causal_mask:
+                written = ops.arange(k_len) < ops.cast(start_index, "int32") + q_len
+                causal = ops.broadcast_to(written[None, None, :], (1, q_len, k_len))
+        for name, mask, length in (
+            ("query_mask", query_mask, q.shape[1]),
+            ("value_mask", value_mask, k.shape[1]),
+            ("key_mask", key_mask, k.shape[1]),
+        ):
+            if mask is not None and (
+                len(mask.shape) != 2
+                or (None not in (mask.shape[1], length) and mask.shape[1] != length)
+            ):
+                raise ValueError(
+                    f"`{name}` must have shape (batch, {length}). "
+                    f"Received: {name}.shape={tuple(mask.shape)}"
+                )
+        key_padding = value_mask
+        if key_mask is not None:
+            key_padding = key_mask if value_mask is None else ops.logical_and(
+                ops.cast(value_mask, "bool"), ops.cast(key_mask, "bool")
+            )
+        # Padded queries are not masked out: their outputs are never used, and a
+        # fully masked row is what makes fused kernels return NaN. `query_mask`
+        # only becomes the output's Keras mask (as `keras.layers.MultiHeadAttention`
+        # does with an explicit `query_mask`).
+        merged = masks.merge_masks(None, key_padding, attention_mask, causal)
+        return None if merged is None else masks.allow_empty_rows(merged)
+
+    def _attend(self, q, k, v, mask, return_scores, training):
+        scale = 1.0 / math.sqrt(self.key_dim)
+        use_dropout = self.dropout > 0 and training
+        if not return_scores and not use_dropout:
+            if self.key_dim != self.value_dim:
+                return self._explicit(q, k, v, mask, scale, training)[0], None
+            output = ops.dot_product_attention(
+                q, k, v, mask=None if mask is None else mask[:, None], scale=scale
+            )
+            return output, None
+        return self._explicit(q, k, v, mask, scale, training)
+
+    def _explicit(self, q, k, v, mask, scale, training):
+        q = ops.multiply(q, ops.cast(scale, q.dtype))
+        scores = ops.einsum("aecd,abcd->acbe", k, q)  # (batch, heads, q_len, k_len)
+        scores = ops.cast(scores, "float32")
+        if mask is not None:
+            scores = ops.where(mask[:, None], scores, ops.cast(-1e9, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
+        dropped = self.dropout_layer(probs, training=training)
+        output = ops.einsum("acbe,aecd->abcd", dropped, v)  # (batch, q_len, heads, value_dim)
+        return output, probs
+
+    def compute_output_spec(self, query, value=None, key=None, cache=None,
+                            return_attention_scores=False, **kwargs):
+        out_dim = self.output_dim or query.shape[-1]
+        output = keras.KerasTensor(query.shape[:-1] + (out_dim,), dtype=self.compute_dtype)
+        results = (output,)
+        if cache is not None:
+            results += (keras.KerasTensor(cache.shape, dtype=cache.dtype),)
+        if return_attention_scores:
+            k_len = (value if value is not None else cache[:, 0]).shape[1]
+            results += (
+                keras.KerasTensor(
+                    (query.shape[0], self.num_heads, query.shape[1], k_len),
+                    dtype=self.compute_dtype,
+                ),
+            )
+        return results[0] if len(results) == 1 else results
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

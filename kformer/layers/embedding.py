@@ -1,0 +1,221 @@
+"""Token + position embeddings (with tied output projection) and ViT patches."""
+
+import math
+
+import keras
+from keras import ops
+
+from kformer.layers.checks import check_positive_ints
+from kformer.layers.position import PositionEmbedding, SinusoidalPositionEncoding
+
+POSITIONS = ("learned", "sinusoidal")
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Token embedding plus a learned or sinusoidal position embedding.
+
+    `call(x, reverse=True)` multiplies by the transposed token table: the tied
+    output projection of "Attention Is All You Need", section 3.4.
+
+    Args:
+        vocabulary_size: int. Number of token ids.
+        sequence_length: int. Longest sequence; required for
+            `position="learned"`, optional for `"sinusoidal"`.
+        hidden_dim: int. Embedding width.
+        position: `"learned"` or `"sinusoidal"`. Defaults to `"learned"`.
+        mask_zero: bool. Token id 0 is padding and produces a Keras mask.
+        scale_by_sqrt_dim: bool. Multiply token embeddings by
+            `sqrt(hidden_dim)` (paper, 3.4). Defaults to `False`.
+        max_wavelength: int. For sinusoidal positions. Defaults to `10000`.
+        embeddings_initializer: Initializer for the token table. Defaults to
+            `"uniform"`, as `keras.layers.Embedding`.
+        **kwargs: Passed to `keras.layers.Layer`.
+
+    Call arguments:
+        inputs: int `(batch, seq)` token ids, or with `reverse=True` a float
+            `(batch, seq, hidden_dim)`.
+        start_index: int or scalar tensor. Position of the first token.
+        reverse: bool. Project hidden states to vocabulary logits.
+
+    Returns:
+        `(batch, seq, hidden_dim)`, or logits `(batch, seq, vocabulary_size)`.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        sequence_length,
+        hidden_dim,
+        position="learned",
+        mask_zero=False,
+        scale_by_sqrt_dim=False,
+        max_wavelength=10000,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_ints(vocabulary_size=vocabulary_size, hidden_dim=hidden_dim)
+        if position not in POSITIONS:
+            raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
+        if position == "learned" or sequence_length is not None:
+            check_positive_ints(sequence_length=sequence_length)
+        self.vocabulary_size = vocabulary_size
+        self.sequence_length = sequence_length
+        self.hidden_dim = hidden_dim
+        self.position = position
+        self.mask_zero = mask_zero
+        self.scale_by_sqrt_dim = scale_by_sqrt_dim
+        self.max_wavelength = max_wavelength
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size,
+            hidden_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            mask_zero=mask_zero,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        if position == "learned":
+            self.position_embedding = PositionEmbedding(
+                sequence_length, dtype=self.dtype_policy, name="position_embedding"
+            )
+        else:
+            self.position_embedding = SinusoidalPositionEncoding(
+                max_wavelength, dtype=self.dtype_policy, name="position_embedding"
+            )
+
+    def build(self, inputs_shape):
+        self.token_embedding.build(inputs_shape)
+        self.position_embedding.build(tuple(inputs_shape) + (self.hidden_dim,))
+        self.built = True
+
+    def call(self, inputs, start_index=0, reverse=False):
+        if reverse:
+            if len(inputs.shape) != 3 or inputs.shape[-1] != self.hidden_dim:
+                raise ValueError(
+                    f"With reverse=True, `inputs` must be (batch, seq, {self.hidden_dim}). "
+                    f"Received: inputs.shape={tuple(inputs.shape)}"
+                )
+            table = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
+            return ops.matmul(inputs, ops.transpose(table))  # (batch, seq, vocab)
+        if len(inputs.shape) != 2:
+            raise ValueError(
+                f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        if self.sequence_length and inputs.shape[1] and isinstance(start_index, int):
+            if self.position == "learned" and inputs.shape[1] + start_index > self.sequence_length:
+                raise ValueError(
+                    f"`inputs` has {inputs.shape[1]} tokens from start_index={start_index}, "
+                    f"more than sequence_length={self.sequence_length}. "
+                    f"Received: inputs.shape={tuple(inputs.shape)}"
+                )
+        x = self.token_embedding(inputs)  # (batch, seq, hidden_dim)
+        if self.scale_by_sqrt_dim:
+            x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
+        return x + self.position_embedding(x, start_index=start_index)
+
+    def compute_mask(self, inputs, mask=None):
+        # Keras passes only the first call argument: rank 3 means `reverse=True`.
+        if not self.mask_zero or len(inputs.shape) != 2:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "sequence_length": self.sequence_length,
+            "hidden_dim": self.hidden_dim,
+            "position": self.position,
+            "mask_zero": self.mask_zero,
+            "scale_by_sqrt_dim": self.scale_by_sqrt_dim,
+            "max_wavelength": self.max_wavelength,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class PatchEmbedding(keras.layers.Layer):
+    """ViT patch embedding: images -> patch tokens (+ class token) + positions.
+
+    Dosovitskiy et al. 2021, section 3.1: non-overlapping `patch_size` patches
+    linearly projected (a strided convolution), a learned class token
+    prepended, learned position embeddings added.
+
+    Args:
+        patch_size: int. Side of the square patches.
+        hidden_dim: int. Token width.
+        use_class_token: bool. Prepend a learned `[CLS]` token. Defaults to `True`.
+        **kwargs: Passed to `keras.layers.Layer`.
+
+    Call arguments:
+        inputs: `(batch, height, width, channels)`, height and width divisible
+            by `patch_size`.
+
+    Returns:
+        `(batch, 1 + patches, hidden_dim)` (`(batch, patches, hidden_dim)`
+        without the class token), `patches = (height / p) * (width / p)`.
+    """
+
+    def __init__(self, patch_size, hidden_dim, use_class_token=True, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_ints(patch_size=patch_size, hidden_dim=hidden_dim)
+        self.patch_size = patch_size
+        self.hidden_dim = hidden_dim
+        self.use_class_token = use_class_token
+        self.projection = keras.layers.Conv2D(
+            hidden_dim, patch_size, strides=patch_size, dtype=self.dtype_policy, name="projection"
+        )
+
+    def _num_patches(self, images_shape):
+        if len(images_shape) != 4:
+            raise ValueError(
+                "`inputs` must be images (batch, height, width, channels). "
+                f"Received: inputs.shape={tuple(images_shape)}"
+            )
+        height, width = images_shape[1], images_shape[2]
+        if height is None or width is None or height % self.patch_size or width % self.patch_size:
+            raise ValueError(
+                f"Image height and width must be known and divisible by patch_size="
+                f"{self.patch_size}. Received: inputs.shape={tuple(images_shape)}"
+            )
+        return (height // self.patch_size) * (width // self.patch_size)
+
+    def build(self, inputs_shape):
+        num_tokens = self._num_patches(inputs_shape) + int(self.use_class_token)
+        self.projection.build(inputs_shape)
+        if self.use_class_token:
+            self.class_token = self.add_weight(
+                name="class_token", shape=(1, 1, self.hidden_dim), initializer="zeros"
+            )
+        self.position_embedding = PositionEmbedding(
+            num_tokens,
+            initializer=keras.initializers.RandomNormal(stddev=0.02),
+            dtype=self.dtype_policy,
+            name="position_embedding",
+        )
+        self.position_embedding.build((None, num_tokens, self.hidden_dim))
+        self.built = True
+
+    def call(self, inputs):
+        num_patches = self._num_patches(inputs.shape)
+        x = self.projection(inputs)  # (batch, height / p, width / p, hidden_dim)
+        x = ops.reshape(x, (-1, num_patches, self.hidden_dim))  # (batch, patches, hidden_dim)
+        if self.use_class_token:
+            cls = ops.cast(self.class_token, x.dtype)
+            cls = ops.broadcast_to(cls, (ops.shape(x)[0], 1, self.hidden_dim))
+            x = ops.concatenate([cls, x], axis=1)  # (batch, 1 + patches, hidden_dim)
+        return x + self.position_embedding(x)
+
+    def compute_output_shape(self, inputs_shape):
+        num_tokens = self._num_patches(inputs_shape) + int(self.use_class_token)
+        return (inputs_shape[0], num_tokens, self.hidden_dim)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "patch_size": self.patch_size,
+            "hidden_dim": self.hidden_dim,
+            "use_class_token": self.use_class_token,
+        }

@@ -1,0 +1,181 @@
+"""Mixture-of-experts feed-forward with a learned top-k router (Switch / GShard)."""
+
+import math
+
+import keras
+from keras import ops
+
+from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class MixtureOfExperts(keras.layers.Layer):
+    """Sparse feed-forward: each token is processed by its `top_k` experts.
+
+    A float32 router picks the experts; each sequence is a routing group and
+    each expert takes at most `capacity = ceil(capacity_factor * top_k * seq /
+    num_experts)` tokens of it (first choices first, as in GShard); tokens over
+    capacity get a zero output, so the residual passes them through (Switch
+    Transformer, Fedus et al. 2021). The load-balancing loss
+    `num_experts * sum_e f_e * P_e` (f: fraction of tokens whose first choice
+    is e, P: mean router probability of e) is added with `add_loss`, scaled by
+    `aux_loss_weight`; it is 1 for perfectly balanced routing.
+
+    Args:
+        num_experts: int. Number of expert feed-forwards.
+        intermediate_dim: int. Hidden width of each expert.
+        top_k: int. Experts per token. Defaults to `1` (Switch); `2` is GShard.
+        capacity_factor: float. Slack over an even split. Defaults to `1.25`.
+        activation: Expert activation. Defaults to `"relu"`.
+        dropout: float. Dropout on expert hidden activations. Defaults to `0.0`.
+        aux_loss_weight: float. Weight of the balancing loss. Defaults to `0.01`.
+        kernel_initializer: Defaults to `"glorot_uniform"`.
+        **kwargs: Passed to `keras.layers.Layer`.
+
+    Call arguments:
+        inputs: `(batch, seq, dim)`.
+        padding_mask: `(batch, seq)`, True = real token; padded tokens are not
+            routed and take no capacity. Defaults to the incoming Keras mask.
+
+    Returns:
+        `(batch, seq, dim)`.
+    """
+
+    def __init__(
+        self,
+        num_experts,
+        intermediate_dim,
+        top_k=1,
+        capacity_factor=1.25,
+        activation="relu",
+        dropout=0.0,
+        aux_loss_weight=0.01,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_ints(num_experts=num_experts, intermediate_dim=intermediate_dim)
+        check_rates(dropout=dropout)
+        if not isinstance(top_k, int) or not 1 <= top_k <= num_experts:
+            raise ValueError(
+                f"`top_k` must be an int in [1, num_experts={num_experts}]. Received: top_k={top_k}"
+            )
+        if capacity_factor <= 0:
+            raise ValueError(
+                f"`capacity_factor` must be positive. Received: capacity_factor={capacity_factor}"
+            )
+        self.num_experts = num_experts
+        self.intermediate_dim = intermediate_dim
+        self.top_k = top_k
+        self.capacity_factor = capacity_factor
+        self.activation = keras.activations.get(activation)
+        self.dropout = dropout
+        self.aux_loss_weight = aux_loss_weight
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+        self.router = keras.layers.Dense(
+            num_experts, use_bias=False, dtype="float32", name="router",
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, inputs_shape):
+        dim = inputs_shape[-1]
+        self.router.build(inputs_shape)
+        experts, hidden = self.num_experts, self.intermediate_dim
+        self.inner_kernel = self.add_weight(
+            name="inner_kernel", shape=(experts, dim, hidden),
+            initializer=clone_initializer(self.kernel_initializer),
+        )
+        self.inner_bias = self.add_weight(name="inner_bias", shape=(experts, hidden), initializer="zeros")
+        self.outer_kernel = self.add_weight(
+            name="outer_kernel", shape=(experts, hidden, dim),
+            initializer=clone_initializer(self.kernel_initializer),
+        )
+        self.outer_bias = self.add_weight(name="outer_bias", shape=(experts, dim), initializer="zeros")
+        self.built = True
+
+    def capacity(self, sequence_length):
+        """Slots per expert for a group of `sequence_length` tokens."""
+        slots = self.capacity_factor * self.top_k * sequence_length / self.num_experts
+        if isinstance(sequence_length, int):
+            return max(1, min(sequence_length, math.ceil(slots)))
+        return ops.clip(ops.cast(ops.ceil(slots), "int32"), 1, sequence_length)
+
+    def route(self, inputs, padding_mask=None):
+        """Router decisions for `inputs` `(batch, seq, dim)`.
+
+        Returns a dict: `router_probs` `(batch, seq, experts)`, `expert_index`
+        and `gates` `(batch, seq, top_k)`, and the float32 `dispatch` and
+        `combine` tensors `(batch, seq, experts, capacity)`.
+        """
+        seq = inputs.shape[1] if inputs.shape[1] is not None else ops.shape(inputs)[1]
+        k, experts = self.top_k, self.num_experts
+        probs = ops.softmax(self.router(ops.cast(inputs, "float32")), axis=-1)
+        gates, index = ops.top_k(probs, k)  # (batch, seq, k)
+        if k > 1:
+            gates = gates / ops.sum(gates, axis=-1, keepdims=True)
+        choice = ops.one_hot(index, experts, dtype="float32")  # (batch, seq, k, experts)
+        if padding_mask is not None:
+            choice = choice * ops.cast(padding_mask, "float32")[:, :, None, None]
+        # Slots fill with every token's first choice, then second choices, ...
+        by_rank = ops.reshape(ops.transpose(choice, (0, 2, 1, 3)), (-1, k * seq, experts))
+        position = ops.cumsum(by_rank, axis=1) - 1.0  # (batch, k * seq, experts)
+        position = ops.transpose(ops.reshape(position, (-1, k, seq, experts)), (0, 2, 1, 3))
+        capacity = self.capacity(seq)
+        kept = choice * ops.cast(position < ops.cast(capacity, "float32"), "float32")
+        slots = ops.cast(ops.arange(capacity), "float32")
+        slot = ops.cast(ops.equal(position[..., None], slots), "float32") * kept[..., None]
+        return {
+            "router_probs": probs,
+            "expert_index": index,
+            "gates": gates,
+            "dispatch": ops.sum(slot, axis=2),  # (batch, seq, experts, capacity)
+            "combine": ops.sum(slot * gates[..., None, None], axis=2),
+        }
+
+    def balancing_loss(self, routing, padding_mask=None):
+        """`num_experts * sum_e f_e * P_e` over the real tokens."""
+        first = ops.one_hot(routing["expert_index"][..., 0], self.num_experts, dtype="float32")
+        probs = routing["router_probs"]
+        if padding_mask is None:
+            weights = ops.ones(ops.shape(probs)[:2], "float32")
+        else:
+            weights = ops.cast(padding_mask, "float32")
+        count = ops.maximum(ops.sum(weights), 1.0)
+        fraction = ops.sum(first * weights[..., None], axis=(0, 1)) / count
+        mean_prob = ops.sum(probs * weights[..., None], axis=(0, 1)) / count
+        return self.num_experts * ops.sum(fraction * mean_prob)
+
+    def call(self, inputs, padding_mask=None, training=None, mask=None):
+        if len(inputs.shape) != 3:
+            raise ValueError(
+                f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        padding_mask = mask if padding_mask is None else padding_mask
+        routing = self.route(inputs, padding_mask)
+        if self.aux_loss_weight:
+            self.add_loss(self.aux_loss_weight * self.balancing_loss(routing, padding_mask))
+        dispatch = ops.cast(routing["dispatch"], inputs.dtype)
+        combine = ops.cast(routing["combine"], inputs.dtype)
+        x = ops.einsum("bsec,bsd->becd", dispatch, inputs)  # (batch, experts, capacity, dim)
+        x = ops.einsum("becd,edf->becf", x, self.inner_kernel) + self.inner_bias[None, :, None, :]
+        x = self.dropout_layer(self.activation(x), training=training)
+        x = ops.einsum("becf,efd->becd", x, self.outer_kernel) + self.outer_bias[None, :, None, :]
+        return ops.einsum("bsec,becd->bsd", combine, x)  # (batch, seq, dim)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_experts": self.num_experts,
+            "intermediate_dim": self.intermediate_dim,
+            "top_k": self.top_k,
+            "capacity_factor": self.capacity_factor,
+            "activation": keras.activations.serialize(self.activation),
+            "dropout": self.dropout,
+            "aux_loss_weight": self.aux_loss_weight,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

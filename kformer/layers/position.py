@@ -1,0 +1,197 @@
+"""Position information: fixed sinusoids, learned embeddings, rotary embeddings."""
+
+import keras
+from keras import ops
+
+from kformer.layers.checks import check_positive_ints
+
+
+def _positions(inputs, start_index, seq_axis=1):
+    """Absolute positions `(seq,)` float32, starting at `start_index`."""
+    length = ops.shape(inputs)[seq_axis]
+    return ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
+
+
+def sinusoid(positions, dim, max_wavelength=10000):
+    """Paper section 3.5 for float positions `(seq,)` -> `(seq, dim)`.
+
+    PE(pos, 2i) = sin(pos / max_wavelength^(2i / dim)),
+    PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / dim)).
+    """
+    feature = ops.arange(dim)
+    two_i = ops.cast(feature - feature % 2, "float32")  # 2i for both 2i and 2i+1
+    inverse_timescale = ops.power(float(max_wavelength), -two_i / float(dim))
+    angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_timescale, 0)
+    return ops.where(feature % 2 == 0, ops.sin(angles), ops.cos(angles))
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """Fixed sine/cosine position encoding ("Attention Is All You Need", 3.5).
+
+    Any sequence length; no weights. Add the result to the token embeddings.
+
+    Args:
+        max_wavelength: int. The base of the geometric progression of
+            wavelengths (10000 in the paper). Defaults to `10000`.
+        **kwargs: Passed to `keras.layers.Layer`.
+
+    Call arguments:
+        inputs: `(batch, seq, dim)`; only its shape is used.
+        start_index: int or scalar tensor. Position of the first token (for
+            cached decoding). Defaults to `0`.
+
+    Returns:
+        `(batch, seq, dim)` encodings in the layer's compute dtype.
+    """
+
+    def __init__(self, max_wavelength=10000, **kwargs):
+        super().__init__(**kwargs)
+        if max_wavelength <= 0:
+            raise ValueError(
+                f"`max_wavelength` must be positive. Received: max_wavelength={max_wavelength}"
+            )
+        self.max_wavelength = max_wavelength
+        self.supports_masking = True
+
+    def call(self, inputs, start_index=0):
+        if len(inputs.shape) != 3:
+            raise ValueError(
+                f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        encoding = sinusoid(_positions(inputs, start_index), inputs.shape[-1], self.max_wavelength)
+        return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), ops.shape(inputs))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "max_wavelength": self.max_wavelength}
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class PositionEmbedding(keras.layers.Layer):
+    """Learned position embedding for up to `sequence_length` positions.
+
+    Args:
+        sequence_length: int. Number of positions that have an embedding.
+        initializer: Initializer for the embedding table. Defaults to
+            `"glorot_uniform"`.
+        **kwargs: Passed to `keras.layers.Layer`.
+
+    Call arguments:
+        inputs: `(batch, seq, dim)`; only its shape is used.
+        start_index: int or scalar tensor. Position of the first token.
+            Defaults to `0`.
+
+    Returns:
+        `(batch, seq, dim)`: rows `start_index ... start_index + seq - 1`.
+    """
+
+    def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        check_positive_ints(sequence_length=sequence_length)
+        self.sequence_length = sequence_length
+        self.initializer = keras.initializers.get(initializer)
+        self.supports_masking = True
+
+    def build(self, inputs_shape):
+        self.position_embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.sequence_length, inputs_shape[-1]),
+            initializer=self.initializer,
+        )
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        if len(inputs.shape) != 3:
+            raise ValueError(
+                f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        length = inputs.shape[1]
+        if length is not None and isinstance(start_index, int):
+            if start_index + length > self.sequence_length:
+                raise ValueError(
+                    f"Positions up to {start_index + length} requested but the layer has "
+                    f"sequence_length={self.sequence_length}. Received: inputs.shape="
+                    f"{tuple(inputs.shape)}, start_index={start_index}"
+                )
+        length = ops.shape(inputs)[1]
+        table = ops.convert_to_tensor(self.position_embeddings)
+        rows = ops.slice(table, (start_index, 0), (length, ops.shape(table)[1]))
+        return ops.broadcast_to(ops.cast(rows, self.compute_dtype), ops.shape(inputs))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "sequence_length": self.sequence_length,
+            "initializer": keras.initializers.serialize(self.initializer),
+        }
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class RotaryEmbedding(keras.layers.Layer):
+    """Rotary position embedding (RoPE, Su et al. 2021), applied to queries/keys.
+
+    Rotates feature pairs `(x[i], x[i + dim/2])` by the angle
+    `position * max_wavelength^(-2i/dim)`, so `q . k` depends only on the
+    relative position and norms are unchanged.
+
+    Args:
+        max_wavelength: int. Base of the wavelengths. Defaults to `10000`.
+        scaling_factor: float. Positions are divided by it (linear position
+            interpolation). Defaults to `1.0`.
+        **kwargs: Passed to `keras.layers.Layer`.
+
+    Call arguments:
+        inputs: `(batch, seq, dim)` or `(batch, seq, heads, dim)`, `dim` even.
+        start_index: int or scalar tensor. Position of the first token.
+
+    Returns:
+        Tensor of the input shape.
+    """
+
+    def __init__(self, max_wavelength=10000, scaling_factor=1.0, **kwargs):
+        super().__init__(**kwargs)
+        if max_wavelength <= 0 or scaling_factor <= 0:
+            raise ValueError(
+                "`max_wavelength` and `scaling_factor` must be positive. Received: "
+                f"max_wavelength={max_wavelength}, scaling_factor={scaling_factor}"
+            )
+        self.max_wavelength = max_wavelength
+        self.scaling_factor = scaling_factor
+        self.supports_masking = True
+
+    def call(self, inputs, start_index=0):
+        if len(inputs.shape) not in (3, 4) or inputs.shape[-1] % 2:
+            raise ValueError(
+                "`inputs` must be (batch, seq, dim) or (batch, seq, heads, dim) with an "
+                f"even dim. Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        dim = inputs.shape[-1]
+        positions = _positions(inputs, start_index) / self.scaling_factor
+        inverse_freq = ops.power(
+            float(self.max_wavelength), -ops.cast(ops.arange(0, dim, 2), "float32") / dim
+        )
+        angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_freq, 0)
+        angles = ops.concatenate([angles, angles], axis=-1)  # (seq, dim)
+        if len(inputs.shape) == 4:
+            angles = ops.expand_dims(angles, 1)  # (seq, 1, dim)
+        x = ops.cast(inputs, "float32")
+        x1, x2 = ops.split(x, 2, axis=-1)
+        rotated = ops.concatenate([-x2, x1], axis=-1)
+        output = x * ops.cos(angles) + rotated * ops.sin(angles)
+        return ops.cast(output, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "max_wavelength": self.max_wavelength,
+            "scaling_factor": self.scaling_factor,
+        }

@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from kformer.blocks import TransformerDecoderBlock
+from tests.helpers import run_layer_test, to_numpy
+
+RNG = np.random.default_rng(0)
+TARGET = RNG.normal(size=(2, 6, 8)).astype("float32")
+SOURCE = RNG.normal(size=(2, 5, 8)).astype("float32")
+SOURCE_PADDING = np.array([[True] * 5, [True] * 3 + [False] * 2])
+TARGET_PADDING = np.array([[True] * 6, [True] * 4 + [False] * 2])
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_decoder_layer_causal(normalize_first, tmp_path):
+    run_layer_test(
+        TransformerDecoderBlock,
+        {"num_heads": 2, "intermediate_dim": 16, "dropout": 0.1, "normalize_first": normalize_first},
+        {"decoder_sequence": TARGET, "encoder_sequence": SOURCE},
+        (2, 6, 8), causal=True, tmp_path=tmp_path,
+    )
+
+
+def test_decoder_layer_padding(tmp_path):
+    run_layer_test(
+        TransformerDecoderBlock, {"num_heads": 2, "intermediate_dim": 16},
+        {"decoder_sequence": TARGET, "encoder_sequence": SOURCE},
+        (2, 6, 8), padding_mask=TARGET_PADDING, padding_mask_arg="decoder_padding_mask",
+        tmp_path=tmp_path,
+    )
+
+
+def test_decoder_only_layer(tmp_path):
+    run_layer_test(TransformerDecoderBlock, {"num_heads": 2, "intermediate_dim": 16}, TARGET,
+                   (2, 6, 8), causal=True, tmp_path=tmp_path)
+
+
+def test_encoder_padding_hides_padded_source_tokens():
+    block = TransformerDecoderBlock(2, 16)
+    out = to_numpy(block(TARGET, SOURCE, encoder_padding_mask=SOURCE_PADDING))
+    changed = SOURCE.copy()
+    changed[1, 3:] = 100.0
+    again = to_numpy(block(TARGET, changed, encoder_padding_mask=SOURCE_PADDING))
+    np.testing.assert_allclose(again, out, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_cached_decoding_through_a_stack_equals_full_causal_pass(normalize_first):
+    stack = [TransformerDecoderBlock(2, 16, normalize_first=normalize_first, name=f"decoder_{i}")
+             for i in range(2)]
+    x = TARGET
+    for block in stack:
+        x = block(x, SOURCE, encoder_padding_mask=SOURCE_PADDING)
+    full = to_numpy(x)
+
+    self_caches = [ops.zeros((2, 2, 6, 2, 4)) for _ in stack]
+    cross_caches = [block.compute_cross_attention_cache(SOURCE) for block in stack]
+    steps = []
+    for i in range(6):
+        h = TARGET[:, i : i + 1]
+        for j, block in enumerate(stack):
+            h, self_caches[j], cross_caches[j] = block(
+                h, encoder_padding_mask=SOURCE_PADDING,
+                self_attention_cache=self_caches[j], self_attention_cache_update_index=i,
+                cross_attention_cache=cross_caches[j],
+            )
+        steps.append(to_numpy(h))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_decoder_errors():
+    block = TransformerDecoderBlock(2, 16)
+    block(TARGET, SOURCE)
+    with pytest.raises(ValueError, match="self_attention_cache_update_index=None"):
+        block(TARGET[:, :1], SOURCE, self_attention_cache=ops.zeros((2, 2, 6, 2, 4)))
+    with pytest.raises(ValueError, match="encoder_sequence=None"):
+        block(TARGET)
+    decoder_only = TransformerDecoderBlock(2, 16)
+    decoder_only(TARGET)
+    with pytest.raises(ValueError, match="without an `encoder_sequence`"):
+        decoder_only(TARGET, SOURCE)
+    with pytest.raises(ValueError, match=r"hidden_dim=8.*num_heads=3"):
+        TransformerDecoderBlock(3, 16)(TARGET)

@@ -1,0 +1,31 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+
+def pytest_report_header(config):
+    return f"keras {keras.__version__}, backend: {keras.backend.backend()}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "tf_only: needs the TensorFlow backend (data, export)")
+    config.addinivalue_line("markers", "slow: end-to-end runs (recipes)")
+    config.addinivalue_line("markers", "gpu: needs a GPU")
+
+
+def pytest_collection_modifyitems(config, items):
+    backend = keras.backend.backend()
+    for item in items:
+        if "tf_only" in item.keywords and backend != "tensorflow":
+            item.add_marker(pytest.mark.skip(reason="TensorFlow backend only"))
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_policy():
+    keras.utils.set_random_seed(1337)
+    keras.config.set_dtype_policy("float32")
+    yield
+    keras.config.set_dtype_policy("float32")

@@ -1,0 +1,41 @@
+import gzip
+
+import numpy as np
+import pytest
+
+from kformer.data import imdb
+
+
+def test_bundled_sample_is_real_balanced_and_clean():
+    texts, labels = imdb.load_split("train")
+    assert len(texts) == 5000 and labels.sum() == 2500
+    assert not any("<br" in t for t in texts)
+    test_texts, test_labels = imdb.load_split("test", max_examples=10)
+    assert len(test_texts) == 10 and set(np.unique(test_labels)) <= {0, 1}
+
+
+def test_clean_text_strips_html_breaks():
+    assert imdb.clean_text("Great.<br /><br />Loved it<BR>!") == "Great. Loved it !"
+
+
+def test_missing_and_corrupt_files_name_the_path(tmp_path):
+    with pytest.raises(ValueError, match=str(tmp_path / "imdb" / "train.jsonl.gz")):
+        imdb.load_split("train", tmp_path)
+    (tmp_path / "imdb").mkdir()
+    (tmp_path / "imdb" / "train.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="Corrupt IMDB file"):
+        imdb.load_split("train", tmp_path)
+    with gzip.open(tmp_path / "imdb" / "test.jsonl.gz", "wt") as f:
+        f.write('{"text": "no label"}\n')
+    with pytest.raises(ValueError, match="'label'"):
+        imdb.load_split("test", tmp_path)
+    with pytest.raises(ValueError, match="split='dev'"):
+        imdb.load_split("dev")
+
+
+def test_split_is_deterministic_and_disjoint():
+    texts = [f"review {i}" for i in range(100)]
+    labels = np.arange(100) % 2
+    (a, _), (b, _) = imdb.train_validation_split(texts, labels, seed=3)
+    (a2, _), (b2, _) = imdb.train_validation_split(texts, labels, seed=3)
+    assert a == a2 and b == b2 and len(b) == 10 and not set(a) & set(b)

@@ -1,0 +1,90 @@
+import numpy as np
+import pytest
+
+from kformer.layers import MixtureOfExperts
+from tests.helpers import run_layer_test, to_numpy
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(2, 6, 8)).astype("float32")
+PADDING = np.array([[True] * 6, [True] * 3 + [False] * 3])
+
+
+def test_moe_layer(tmp_path):
+    run_layer_test(MixtureOfExperts, {"num_experts": 4, "intermediate_dim": 16, "top_k": 2},
+                   X, (2, 6, 8), padding_mask=PADDING, tmp_path=tmp_path)
+
+
+def _expert(layer, e, x):
+    w1, b1, w2, b2 = (to_numpy(w)[e] for w in (layer.inner_kernel, layer.inner_bias,
+                                                layer.outer_kernel, layer.outer_bias))
+    return np.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_every_token_goes_to_its_top_k_experts(top_k):
+    layer = MixtureOfExperts(4, 16, top_k=top_k, capacity_factor=4.0)
+    out = to_numpy(layer(X))
+    routing = {k: to_numpy(v) for k, v in layer.route(X).items()}
+    expected_index = np.argsort(-routing["router_probs"], axis=-1)[..., :top_k]
+    np.testing.assert_array_equal(np.sort(routing["expert_index"], -1), np.sort(expected_index, -1))
+    np.testing.assert_allclose(routing["dispatch"].sum(axis=(2, 3)), top_k)
+    for b in range(2):
+        for s in range(6):
+            chosen = set(np.nonzero(routing["dispatch"][b, s].sum(-1))[0])
+            assert chosen == set(expected_index[b, s])
+            manual = sum(g * _expert(layer, e, X[b, s])
+                         for g, e in zip(routing["gates"][b, s], routing["expert_index"][b, s]))
+            np.testing.assert_allclose(out[b, s], manual, atol=1e-4)
+    if top_k == 2:
+        np.testing.assert_allclose(routing["gates"].sum(-1), 1.0, rtol=1e-6)
+
+
+def test_tokens_over_capacity_are_dropped():
+    layer = MixtureOfExperts(2, 8, capacity_factor=0.5)  # capacity = ceil(0.5 * 6 / 2) = 2
+    layer(X)
+    layer.router.set_weights([np.concatenate([np.ones((8, 1)), -np.ones((8, 1))], 1) * 0])
+    routing = {k: to_numpy(v) for k, v in layer.route(X).items()}
+    assert routing["dispatch"].shape[-1] == 2
+    kept = routing["dispatch"].sum(axis=(2, 3))  # ties route every token to expert 0
+    np.testing.assert_array_equal(kept, [[1, 1, 0, 0, 0, 0]] * 2)
+    out = to_numpy(layer(X))
+    np.testing.assert_allclose(out[:, 2:], 0.0)
+
+
+def _loss_for_router(kernel, x):
+    layer = MixtureOfExperts(4, 8, aux_loss_weight=1.0)
+    layer(x)
+    layer.router.set_weights([kernel])
+    layer(x)
+    (loss,) = layer.losses
+    return float(to_numpy(loss))
+
+
+def test_balancing_loss_is_one_when_balanced_and_num_experts_when_collapsed():
+    x = np.tile(np.eye(4, dtype="float32"), (2, 2, 1))  # (2, 8, 4): each expert's token twice
+    assert _loss_for_router(np.eye(4, dtype="float32") * 50, x) == pytest.approx(1.0, abs=1e-4)
+    collapsed = np.zeros((4, 4), "float32")
+    collapsed[:, 0] = 50
+    assert _loss_for_router(collapsed, x + 1) == pytest.approx(4.0, abs=1e-4)
+    partial = np.eye(4, dtype="float32") * 50
+    partial[:, 0] += 1  # ties broken towards expert 0 would not change this: balanced routing
+    skewed = np.eye(4, dtype="float32") * 50
+    skewed[1, 0] = 100  # expert 1's tokens now go to expert 0
+    assert _loss_for_router(skewed, x) > 1.2
+
+
+def test_padded_tokens_are_not_routed():
+    layer = MixtureOfExperts(4, 8, top_k=2, capacity_factor=4.0)
+    layer(X)
+    dispatch = to_numpy(layer.route(X, PADDING)["dispatch"])
+    np.testing.assert_allclose(dispatch.sum(axis=(2, 3)), PADDING * 2.0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"num_experts": 0, "intermediate_dim": 8}, "num_experts=0"),
+    ({"num_experts": 2, "intermediate_dim": 8, "top_k": 3}, "top_k=3"),
+    ({"num_experts": 2, "intermediate_dim": 8, "capacity_factor": 0}, "capacity_factor=0"),
+])
+def test_moe_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MixtureOfExperts(**kwargs)
