@@ -5,7 +5,7 @@
     python -m recipes.train_imdb --data-dir ../shared/data      # the full 25k/25k splits
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
 
-Writes `<output-dir>/imdb_classifier/<version>/` (a new integer version each
+Writes `<output-dir>/<preset>/<version>/` (a new integer version each
 run, written atomically): `model.keras`, `vocabulary.txt`, `config.json` and
 `metrics.json` with the test accuracy. SavedModel export for TF Serving
 arrives with the export module.
@@ -22,24 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kformer import layers  # noqa: E402
+from kformer import models  # noqa: E402
 from kformer.data import imdb  # noqa: E402
 from recipes.common import write_new_version  # noqa: E402
-
-
-def encoder_classifier(vocabulary_size, sequence_length, hidden_dim, num_heads,
-                       intermediate_dim, num_layers, num_classes=2, dropout=0.1):
-    """Token ids `(batch, sequence_length)` -> class logits `(batch, num_classes)`."""
-    token_ids = keras.Input((sequence_length,), dtype="int32", name="token_ids")
-    x = layers.TokenAndPositionEmbedding(vocabulary_size, sequence_length, hidden_dim,
-                                         mask_zero=True, name="embedding")(token_ids)
-    for i in range(num_layers):
-        x = layers.TransformerEncoderBlock(num_heads, intermediate_dim, dropout=dropout,
-                                           name=f"encoder_{i}")(x)
-    x = keras.layers.GlobalAveragePooling1D(name="pool")(x)  # mean over real tokens (mask)
-    x = keras.layers.Dropout(dropout, name="head_dropout")(x)
-    logits = keras.layers.Dense(num_classes, name="logits")(x)
-    return keras.Model(token_ids, logits, name="imdb_classifier")
 
 
 def positive_int(text):
@@ -60,17 +45,17 @@ def parse_args(argv=None):
                    help="directory holding imdb/{train,test}.jsonl.gz (default: bundled sample)")
     p.add_argument("--output-dir", default="saved_models")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--preset", default="imdb_small",
+                   help="a kformer.models.imdb_classifier preset (imdb_tiny, imdb_small)")
     p.add_argument("--vocabulary-size", type=positive_int, default=20000)
     p.add_argument("--sequence-length", type=positive_int, default=200)
-    p.add_argument("--hidden-dim", type=positive_int, default=64)
-    p.add_argument("--num-heads", type=positive_int, default=2)
-    p.add_argument("--intermediate-dim", type=positive_int, default=128)
-    p.add_argument("--num-layers", type=positive_int, default=2)
     args = p.parse_args(argv)
     if not args.learning_rate > 0:
         p.error(f"--learning-rate must be > 0, got {args.learning_rate}")
-    if args.hidden_dim % args.num_heads:
-        p.error(f"--hidden-dim {args.hidden_dim} must be divisible by --num-heads {args.num_heads}")
+    known = [n for n in models.list_models()
+             if models.get_preset(n)["builder"] == "imdb_classifier"]
+    if args.preset not in known:
+        p.error(f"--preset {args.preset!r} is not an IMDB classifier preset; expected one of {known}")
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         p.error(f"--data-dir {args.data_dir!r} is not a directory")
     return args
@@ -101,12 +86,9 @@ def main(argv=None):
     val_ds = imdb.make_dataset(encode(val_texts), val_labels, args.batch_size)
     test_ds = imdb.make_dataset(encode(test_texts), test_labels, args.batch_size)
 
-    config = {
-        "vocabulary_size": len(vocabulary), "sequence_length": args.sequence_length,
-        "hidden_dim": args.hidden_dim, "num_heads": args.num_heads,
-        "intermediate_dim": args.intermediate_dim, "num_layers": args.num_layers,
-    }
-    model = encoder_classifier(**config)
+    overrides = {"vocabulary_size": len(vocabulary), "sequence_length": args.sequence_length}
+    config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
+    model = models.build(args.preset, **overrides)
     model.compile(keras.optimizers.AdamW(args.learning_rate),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
@@ -126,7 +108,7 @@ def main(argv=None):
         (tmp_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         (tmp_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
-    run_dir = write_new_version(os.path.join(args.output_dir, "imdb_classifier"), write)
+    run_dir = write_new_version(os.path.join(args.output_dir, args.preset), write)
     print(f"test accuracy: {test_accuracy:.4f} on {len(test_labels)} reviews")
     print(f"saved: {run_dir}")
     return run_dir

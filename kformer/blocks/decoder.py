@@ -1,6 +1,7 @@
 """Transformer decoder block ("Attention Is All You Need", 3.1), with caches."""
 
 import keras
+from keras import ops
 
 from kformer.blocks.base import TransformerBlock
 
@@ -17,7 +18,7 @@ class TransformerDecoderBlock(TransformerBlock):
         decoder_sequence: `(batch, seq, hidden_dim)`.
         encoder_sequence: `(batch, enc_seq, hidden_dim)` or None.
         decoder_padding_mask: `(batch, seq)` (with a cache: `(batch, max_len)`).
-            Defaults to the incoming Keras mask.
+            Defaults to the incoming Keras mask (not with a cache).
         encoder_padding_mask: `(batch, enc_seq)`. Defaults to the Keras mask
             of `encoder_sequence`.
         decoder_attention_mask: bool `(batch, seq, seq)` for self-attention.
@@ -72,7 +73,8 @@ class TransformerDecoderBlock(TransformerBlock):
         mask=None,
         encoder_sequence_mask=None,
     ):
-        decoder_padding_mask = mask if decoder_padding_mask is None else decoder_padding_mask
+        if decoder_padding_mask is None and self_attention_cache is None:
+            decoder_padding_mask = mask  # a step's own Keras mask does not cover the cache
         if encoder_padding_mask is None:
             encoder_padding_mask = encoder_sequence_mask
         has_source = encoder_sequence is not None or cross_attention_cache is not None
@@ -92,12 +94,16 @@ class TransformerDecoderBlock(TransformerBlock):
                 "Received: self_attention_cache_update_index=None"
             )
         cached = self_attention_cache is not None
+        if cached and decoder_padding_mask is not None:  # (batch, max_len) over the cache
+            cache_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
+            decoder_attention_mask = cache_mask if decoder_attention_mask is None else \
+                ops.logical_and(ops.cast(decoder_attention_mask, "bool"), cache_mask)
 
         def self_attend(h):
             return self.self_attention(
                 h, h,
                 query_mask=None if cached else decoder_padding_mask,
-                value_mask=decoder_padding_mask,
+                value_mask=None if cached else decoder_padding_mask,
                 attention_mask=decoder_attention_mask,
                 use_causal_mask=use_causal_mask,
                 cache=self_attention_cache,

@@ -9,6 +9,7 @@ from kformer.layers.attention import MultiHeadAttention
 from kformer.layers.embedding import PatchEmbedding, TokenAndPositionEmbedding
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.moe import MixtureOfExperts
+from kformer.layers.pooling import ClassTokenPooling
 from kformer.layers.position import (
     PositionEmbedding,
     RotaryEmbedding,
@@ -27,6 +28,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'kformer.layers' has no attribute {name!r}")
 
 __all__ = [
+    "ClassTokenPooling",
     "FeedForward",
     "MixtureOfExperts",
     "MultiHeadAttention",

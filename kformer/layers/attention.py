@@ -44,7 +44,9 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask: bool `(batch, q_len, k_len)`, True = may attend.
         use_causal_mask: bool. Query `i` attends keys `<= i` (offset by
             `cache_update_index` when decoding with a cache).
-        cache: `(batch, 2, max_len, num_heads, key_dim)` keys and values.
+        cache: `(batch, 2, max_len, num_heads, key_dim)` keys and values. While
+            writing to a cache, `value_mask`/`key_mask` are ignored (they would
+            cover the new tokens only): pass cache padding as `attention_mask`.
         cache_update_index: int or scalar tensor. Position where the keys and
             values of this call's `value`/`key` tokens are written.
         return_attention_scores: bool. Also return `(batch, heads, q_len, k_len)`.
@@ -177,6 +179,10 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         if key_mask is None or key is value:
             key_mask = None
+        if cache is not None and value is not None:
+            # The keys are the cache, not this step's tokens: padding of the
+            # cache comes as `attention_mask` (batch, q_len, max_len).
+            value_mask = key_mask = None
 
         q = self.query_dense(query)  # (batch, q_len, heads, key_dim)
         start_index = 0

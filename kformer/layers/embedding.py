@@ -103,7 +103,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"
             )
-        if self.sequence_length and inputs.shape[1] and isinstance(start_index, int):
+        if self.sequence_length and isinstance(inputs.shape[1], int) and isinstance(start_index, int):
             if self.position == "learned" and inputs.shape[1] + start_index > self.sequence_length:
                 raise ValueError(
                     f"`inputs` has {inputs.shape[1]} tokens from start_index={start_index}, "
@@ -120,6 +120,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if not self.mask_zero or len(inputs.shape) != 2:
             return None
         return ops.not_equal(inputs, 0)
+
+    def compute_output_spec(self, inputs, start_index=0, reverse=False):
+        last = self.vocabulary_size if reverse else self.hidden_dim
+        return keras.KerasTensor(tuple(inputs.shape[:2]) + (last,), dtype=self.compute_dtype)
 
     def get_config(self):
         return {

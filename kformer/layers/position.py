@@ -109,7 +109,7 @@ class PositionEmbedding(keras.layers.Layer):
                 f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
             )
         length = inputs.shape[1]
-        if length is not None and isinstance(start_index, int):
+        if isinstance(length, int) and isinstance(start_index, int):
             if start_index + length > self.sequence_length:
                 raise ValueError(
                     f"Positions up to {start_index + length} requested but the layer has "

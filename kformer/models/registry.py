@@ -1,15 +1,37 @@
-"""Named model presets: `build(name, **overrides)` and `list_models()`.
+"""Named model presets: `build(name, **overrides)`, `list_models()`, `preset=`.
 
-A builder is a function returning a functional `keras.Model`; `register` adds
-it under a name with its preset keyword arguments. The builders themselves
-(translator, classifiers, mini-BERT, ViT) register here as they land.
+A builder is a function returning a functional `keras.Model`; `@builder`
+gives it a `preset="..."` argument, and `@register(name, **kwargs)` adds a
+named preset of it. `get_preset(name)` is the resolved keyword arguments a
+recipe saves beside the model.
 """
+
+import functools
 
 _REGISTRY = {}
 
 
+def builder(fn):
+    """Decorator: `fn(preset=None, **kwargs)` fills unset kwargs from the preset."""
+
+    @functools.wraps(fn)
+    def build_with_preset(preset=None, **kwargs):
+        if preset is not None:
+            preset_fn, preset_kwargs = _lookup(preset)
+            if preset_fn is not build_with_preset:
+                raise ValueError(
+                    f"Preset {preset!r} belongs to `{preset_fn.__name__}`, not `{fn.__name__}`. "
+                    f"Received: preset={preset!r}; presets of `{fn.__name__}`: "
+                    f"{', '.join(presets_of(build_with_preset))}"
+                )
+            kwargs = {**preset_kwargs, "name": preset, **kwargs}
+        return fn(**kwargs)
+
+    return build_with_preset
+
+
 def register(name, **preset):
-    """Decorator: register `fn` under `name` with default keyword arguments `preset`."""
+    """Decorator: register the builder under `name` with default kwargs `preset`."""
 
     def wrap(fn):
         if name in _REGISTRY:
@@ -25,20 +47,25 @@ def list_models():
     return sorted(_REGISTRY)
 
 
+def presets_of(fn):
+    """Names of the presets registered for builder `fn`."""
+    return sorted(name for name, (f, _) in _REGISTRY.items() if f is fn)
+
+
 def get_preset(name):
-    """The resolved keyword arguments of preset `name` (a copy)."""
-    _check_name(name)
-    return dict(_REGISTRY[name][1])
+    """The keyword arguments of preset `name` (a copy), with its builder's name."""
+    fn, preset = _lookup(name)
+    return {"builder": fn.__name__, **preset}
 
 
 def build(name, **overrides):
     """Build preset `name`, with `overrides` replacing its keyword arguments."""
-    _check_name(name)
-    fn, preset = _REGISTRY[name]
-    return fn(**{**preset, **overrides})
+    fn, _ = _lookup(name)
+    return fn(preset=name, **overrides)
 
 
-def _check_name(name):
+def _lookup(name):
     if name not in _REGISTRY:
-        known = ", ".join(list_models()) or "none registered yet"
+        known = ", ".join(list_models()) or "none registered"
         raise ValueError(f"Unknown model preset. Received: name={name!r}; known presets: {known}")
+    return _REGISTRY[name]

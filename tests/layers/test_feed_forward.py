@@ -24,3 +24,4 @@ def test_feed_forward_errors():
         FeedForward(0)
     with pytest.raises(ValueError, match="dropout=-0.1"):
         FeedForward(4, dropout=-0.1)
+

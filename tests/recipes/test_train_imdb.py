@@ -8,10 +8,12 @@ from recipes import train_imdb
 
 
 def test_recipe_trains_saves_and_never_overwrites(tmp_path):
-    flags = ["--epochs=1", "--max-examples=96", "--sequence-length=32", "--hidden-dim=16",
-             "--intermediate-dim=16", "--num-layers=1", f"--output-dir={tmp_path}"]
+    flags = ["--epochs=1", "--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
+             f"--output-dir={tmp_path}"]
     first = train_imdb.main(flags)
-    assert first == tmp_path / "imdb_classifier" / "1"
+    assert first == tmp_path / "imdb_tiny" / "1"
+    config = json.loads((first / "config.json").read_text())
+    assert config["preset"] == "imdb_tiny" and config["sequence_length"] == 32
     metrics = json.loads((first / "metrics.json").read_text())
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["test_examples"] == 96
     model = keras.saving.load_model(first / "model.keras")
@@ -21,15 +23,15 @@ def test_recipe_trains_saves_and_never_overwrites(tmp_path):
     assert probs.shape == (2, 2)
     before = (first / "model.keras").read_bytes()
     second = train_imdb.main(flags)
-    assert second == tmp_path / "imdb_classifier" / "2"
+    assert second == tmp_path / "imdb_tiny" / "2"
     assert (first / "model.keras").read_bytes() == before
-    assert not list((tmp_path / "imdb_classifier").glob(".tmp-*"))
+    assert not list((tmp_path / "imdb_tiny").glob(".tmp-*"))
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--epochs=-1"], "--epochs"),
     (["--data-dir=/no/such/dir"], "/no/such/dir"),
-    (["--hidden-dim=10", "--num-heads=3"], "divisible"),
+    (["--preset=vit_tiny"], "imdb_small"),
     (["--learning-rate=0"], "--learning-rate"),
 ])
 def test_bad_flags_exit_with_a_clear_message(flags, message, capsys):

@@ -1,0 +1,115 @@
+import numpy as np
+import pytest
+
+from kformer import models
+from tests.helpers import to_numpy
+from tests.models.cases import small_model
+
+SOURCE = np.random.default_rng(1).integers(3, 40, (3, 7)).astype("int32")
+SOURCE[1, 4:] = 0
+START, END = 1, 2
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return small_model("transformer_tiny")
+
+
+def naive_greedy(model, source, max_length):
+    """Re-runs the whole decoder on the prefix every step (no cache)."""
+    tokens = np.zeros((len(source), max_length + 1), "int32")
+    tokens[:, 0] = START
+    done = np.zeros(len(source), bool)
+    for t in range(max_length):
+        logits = np.array(to_numpy(model({"encoder_token_ids": source,
+                                   "decoder_token_ids": tokens[:, : t + 1]})))[:, t]
+        logits[:, 0] = -np.inf
+        word = np.where(done, 0, logits.argmax(-1))
+        tokens[:, t + 1] = word
+        done |= word == END
+        if done.all():
+            break
+    return tokens[:, 1:]
+
+
+def test_cached_greedy_equals_naive_greedy(translator):
+    cached = models.generate(translator, SOURCE, max_length=8, start_token_id=START, end_token_id=END)
+    np.testing.assert_array_equal(cached, naive_greedy(translator, SOURCE, 8))
+
+
+def test_cached_greedy_equals_compiled_recompute(translator):
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
+    np.testing.assert_array_equal(models.generate(translator, SOURCE, **kwargs),
+                                  models.generate(translator, SOURCE, use_cache=False, **kwargs))
+
+
+def test_generation_stops_at_the_end_token(translator):
+    free = models.generate(translator, SOURCE, max_length=6, start_token_id=START, end_token_id=END)
+    end = int(free[0, 0])  # row 0's first token: row 0 must stop right there
+    out = models.generate(translator, SOURCE, max_length=6, start_token_id=START, end_token_id=end)
+    assert out[0, 0] == end and np.all(out[0, 1:] == 0)
+    for row in out:  # every row: nothing but padding after its first end token
+        ends = np.flatnonzero(row == end)
+        if len(ends):
+            assert np.all(row[ends[0] + 1 :] == 0)
+
+
+def test_one_beam_and_top_k_one_equal_greedy(translator):
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
+    greedy = models.generate(translator, SOURCE, **kwargs)
+    np.testing.assert_array_equal(models.generate(translator, SOURCE, strategy="beam", num_beams=1,
+                                                  **kwargs), greedy)
+    np.testing.assert_array_equal(models.generate(translator, SOURCE, strategy="top_k", k=1, seed=3,
+                                                  **kwargs), greedy)
+
+
+def test_beam_search_scores_at_least_greedy(translator):
+    kwargs = dict(max_length=6, start_token_id=START, end_token_id=END)
+    greedy = models.generate(translator, SOURCE, **kwargs)
+    beam = models.generate(translator, SOURCE, strategy="beam", num_beams=4, length_penalty=0.0, **kwargs)
+
+    def log_prob(tokens):
+        prefix = np.concatenate([np.full((len(tokens), 1), START), tokens[:, :-1]], 1).astype("int32")
+        logits = np.array(to_numpy(translator({"encoder_token_ids": SOURCE, "decoder_token_ids": prefix})))
+        logits[..., 0] = -np.inf
+        logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+            - logits.max(-1, keepdims=True)
+        picked = np.take_along_axis(logp, tokens[..., None], -1)[..., 0]
+        return np.where(tokens > 0, picked, 0).sum(-1)
+
+    assert np.all(log_prob(beam) >= log_prob(greedy) - 1e-4)
+
+
+def test_sampling_is_seeded_and_respects_top_k(translator):
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END, strategy="top_p", p=0.9,
+                  temperature=1.5)
+    a = models.generate(translator, SOURCE, seed=7, **kwargs)
+    np.testing.assert_array_equal(a, models.generate(translator, SOURCE, seed=7, **kwargs))
+    assert a.shape == (3, 8) and a.min() >= 0 and a.max() < 40
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_length": 0}, "max_length=0"),
+    ({"num_beams": 0, "strategy": "beam"}, "num_beams=0"),
+    ({"strategy": "sampling"}, "strategy='sampling'"),
+    ({"start_token_id": 40}, "start_token_id=40"),
+    ({"p": 1.5, "strategy": "top_p"}, "p=1.5"),
+    ({"temperature": 0}, "temperature=0"),
+])
+def test_bad_arguments(translator, kwargs, match):
+    args = {**dict(max_length=4, start_token_id=START, end_token_id=END), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        models.generate(translator, SOURCE, **args)
+
+
+def test_out_of_vocabulary_source_ids(translator):
+    with pytest.raises(ValueError, match=r"\[0, 40\).*from 60 to 98"):
+        models.generate(translator, SOURCE + 60, max_length=4, start_token_id=START, end_token_id=END)
+
+
+def test_max_length_is_bounded_by_learned_positions():
+    learned = small_model("transformer_tiny", position="learned")
+    with pytest.raises(ValueError, match="sequence_length=16"):
+        models.generate(learned, SOURCE, max_length=17, start_token_id=START, end_token_id=END)
+    assert models.generate(learned, SOURCE, max_length=16, start_token_id=START,
+                           end_token_id=END).shape == (3, 16)
