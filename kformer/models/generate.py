@@ -15,6 +15,13 @@ STRATEGIES = ("greedy", "beam", "top_k", "top_p")
 NEG_INF = -1e9
 
 
+def _numbered_layers(model, prefix):
+    """Layers named `<prefix>0`, `<prefix>1`, ... in index order."""
+    indices = sorted(int(l.name[len(prefix):]) for l in model.layers
+                     if l.name.startswith(prefix) and l.name[len(prefix):].isdigit())
+    return [model.get_layer(f"{prefix}{i}") for i in indices]
+
+
 class TranslatorParts:
     """The named layers of a `kformer.models.translator` model, callable step by step."""
 
@@ -29,10 +36,8 @@ class TranslatorParts:
                 "`model` must be built by `kformer.models.translator` (layers `shared_embedding` "
                 f"or `encoder_embedding`/`decoder_embedding`). Received: model.name={model.name!r}"
             ) from err
-        self.encoder_blocks = [model.get_layer(n) for n in sorted(
-            (n for n in names if n.startswith("encoder_") and n[8:].isdigit()), key=lambda n: int(n[8:]))]
-        self.decoder_blocks = [model.get_layer(n) for n in sorted(
-            (n for n in names if n.startswith("decoder_") and n[8:].isdigit()), key=lambda n: int(n[8:]))]
+        self.encoder_blocks = _numbered_layers(model, "encoder_")
+        self.decoder_blocks = _numbered_layers(model, "decoder_")
         self.encoder_norm = model.get_layer("encoder_final_norm") if "encoder_final_norm" in names else None
         self.decoder_norm = model.get_layer("decoder_final_norm") if "decoder_final_norm" in names else None
         self.output_projection = model.get_layer("output_projection") if "output_projection" in names else None
