@@ -1,0 +1,197 @@
+"""Greedy decoding speed: kformer with its key/value cache, kformer recomputing, keras-hub.
+
+    python benchmarks/decode_speed.py                    # every backend, 64/128 tokens, batch 1/16
+    python benchmarks/decode_speed.py --backends jax --new-tokens 16 --batch-sizes 1
+
+One subprocess per backend (the Keras backend is fixed per process). Each
+implementation decodes exactly N new tokens (no end token is ever emitted:
+its id is masked) from 32 source tokens with an equivalent random-weight
+encoder-decoder (vocabulary 8000, hidden 256, 4 heads, ff 1024, 2 + 2
+layers); tokens/s = batch * N / median time of a whole call after one
+warm-up call that compiles. All three loops are `ops.while_loop`s run
+through a Keras model's `predict_on_batch` with `jit_compile=True` on
+TensorFlow and JAX (eager on torch):
+- kformer cache: `kformer.models.generate` (encoder and cross-attention
+  keys/values once, one token a step through self-attention caches);
+- kformer no cache: `generate(..., use_cache=False)`, the decoder re-run over
+  the whole output buffer every step;
+- keras-hub: `TokenAndPositionEmbedding` + `TransformerEncoder` /
+  `TransformerDecoder` with their caches, decoded by `keras_hub.samplers.GreedySampler`.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SIZES = dict(vocab=8000, hidden=256, heads=4, ff=1024, layers=2, source=32, positions=256)
+IMPLS = ("kformer_cache", "kformer_no_cache", "keras_hub")
+
+
+def kformer_runner(n):
+    from kformer import models
+
+    s = SIZES
+    model = models.build("transformer_small", vocabulary_size=s["vocab"], hidden_dim=s["hidden"],
+                         num_heads=s["heads"], intermediate_dim=s["ff"],
+                         num_encoder_layers=s["layers"], num_decoder_layers=s["layers"],
+                         sequence_length=s["positions"])
+
+    def run(source, use_cache):
+        return models.generate(model, source, max_length=n, start_token_id=1,
+                               end_token_id=s["vocab"] - 1, use_cache=use_cache)
+
+    return run
+
+
+def keras_hub_runner(n):
+    import keras
+    import keras_hub
+    from keras import ops
+
+    s = SIZES
+    head_dim = s["hidden"] // s["heads"]
+    src_embed = keras_hub.layers.TokenAndPositionEmbedding(s["vocab"], s["positions"], s["hidden"])
+    tgt_embed = keras_hub.layers.TokenAndPositionEmbedding(s["vocab"], s["positions"], s["hidden"])
+    encoders = [keras_hub.layers.TransformerEncoder(s["ff"], s["heads"]) for _ in range(s["layers"])]
+    decoders = [keras_hub.layers.TransformerDecoder(s["ff"], s["heads"]) for _ in range(s["layers"])]
+    project = keras.layers.Dense(s["vocab"])
+
+    class HubGreedy(keras.Model):
+        def call(self, source):
+            batch = ops.shape(source)[0]
+            memory = src_embed(source)
+            for layer in encoders:
+                memory = layer(memory, padding_mask=ops.not_equal(source, 0))
+            prompt = ops.concatenate([ops.ones((batch, 1), "int32"), ops.zeros((batch, n), "int32")], 1)
+            empty_self = ops.zeros((batch, 2, n + 1, s["heads"], head_dim))
+            empty_cross = ops.zeros((batch, 2, s["source"], s["heads"], head_dim))
+            self_caches, cross_caches = [], []
+            h = tgt_embed(prompt[:, :1])
+            for layer in decoders:  # prefill: start token, cross keys/values computed once
+                h, sc, cc = layer(h, memory, self_attention_cache=empty_self,
+                                  self_attention_cache_update_index=0,
+                                  cross_attention_cache=empty_cross,
+                                  cross_attention_cache_update_index=0)
+                self_caches.append(sc)
+                cross_caches.append(cc)
+
+            def next_fn(prompt, cache, index):
+                self_c, cross_c = cache
+                token = ops.slice(prompt, [0, index - 1], [batch, 1])
+                h = tgt_embed(token, start_index=index - 1)
+                updated = []
+                for i, layer in enumerate(decoders):
+                    h, sc, _ = layer(h, memory, self_attention_cache=self_c[i],
+                                     self_attention_cache_update_index=index - 1,
+                                     cross_attention_cache=cross_c[i],
+                                     cross_attention_cache_update_index=None)
+                    updated.append(sc)
+                logits = project(h)[:, 0]
+                logits = ops.where(ops.arange(s["vocab"]) >= s["vocab"] - 1, -1e9, logits)
+                return logits, h, (ops.stack(updated), cross_c)
+
+            sampler = keras_hub.samplers.GreedySampler()
+            return sampler(next_fn, prompt, cache=(ops.stack(self_caches), ops.stack(cross_caches)),
+                           index=1)
+
+    model = HubGreedy()
+    model.compile(jit_compile=keras.backend.backend() != "torch")
+
+    def run(source, use_cache=True):
+        return keras.ops.convert_to_numpy(model.predict_on_batch(source))[:, 1:]
+
+    return run
+
+
+def worker(args):
+    import keras
+    import numpy as np
+
+    rows = []
+    for n in args.new_tokens:
+        runners = {"kformer_cache": (kformer_runner(n), True),
+                   "kformer_no_cache": (None, False), "keras_hub": (keras_hub_runner(n), True)}
+        runners["kformer_no_cache"] = (runners["kformer_cache"][0], False)
+        for batch in args.batch_sizes:
+            source = np.random.default_rng(0).integers(3, SIZES["vocab"] - 1,
+                                                       (batch, SIZES["source"])).astype("int32")
+            for impl in IMPLS:
+                run, use_cache = runners[impl]
+                try:
+                    out = np.asarray(run(source, use_cache))  # warm-up: compiles
+                    generated = int((out > 0).sum())
+                    times = []
+                    for _ in range(args.repeats):
+                        start = time.perf_counter()
+                        run(source, use_cache)
+                        times.append(time.perf_counter() - start)
+                    rows.append({"n": n, "batch": batch, "impl": impl, "generated": generated,
+                                 "tokens_per_s": generated / float(np.median(times))})
+                except Exception as err:  # reported in the table, never a fake number
+                    rows.append({"n": n, "batch": batch, "impl": impl,
+                                 "error": f"{type(err).__name__}: {str(err)[:120]}"})
+                last = rows[-1]
+                print(f"  {keras.backend.backend():10s} n={n} batch={batch} {impl:16s} "
+                      f"{last.get('tokens_per_s', last.get('error'))}", file=sys.stderr, flush=True)
+    print("RESULT " + json.dumps({"backend": keras.backend.backend(), "rows": rows}), flush=True)
+
+
+def table(results):
+    lines = ["| backend | batch | new tokens | kformer cache tok/s | kformer no-cache tok/s | "
+             "keras-hub tok/s | cache / no-cache | kformer / keras-hub |", "|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        keys = sorted({(r["batch"], r["n"]) for r in res["rows"]})
+        for batch, n in keys:
+            cell = {r["impl"]: r for r in res["rows"] if (r["batch"], r["n"]) == (batch, n)}
+            speed = {k: cell.get(k, {}).get("tokens_per_s") for k in IMPLS}
+            fmt = lambda k: f"{speed[k]:.0f}" if speed[k] else f"failed ({cell.get(k, {}).get('error', '-')})"  # noqa: E731
+            ratio = lambda a, b: f"{speed[a] / speed[b]:.1f}x" if speed[a] and speed[b] else "-"  # noqa: E731
+            lines.append(f"| {res['backend']} | {batch} | {n} | {fmt('kformer_cache')} | "
+                         f"{fmt('kformer_no_cache')} | {fmt('keras_hub')} | "
+                         f"{ratio('kformer_cache', 'kformer_no_cache')} | {ratio('kformer_cache', 'keras_hub')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="tensorflow,jax,torch")
+    parser.add_argument("--new-tokens", default="64,128")
+    parser.add_argument("--batch-sizes", default="1,16")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.backends = args.backends.split(",")
+    bad = set(args.backends) - {"tensorflow", "jax", "torch"}
+    if bad:
+        parser.error(f"--backends: unknown {sorted(bad)}; expected tensorflow, jax, torch")
+    try:
+        args.new_tokens = [int(v) for v in args.new_tokens.split(",")]
+        args.batch_sizes = [int(v) for v in args.batch_sizes.split(",")]
+    except ValueError:
+        parser.error("--new-tokens and --batch-sizes take comma-separated integers")
+    if min(args.new_tokens + args.batch_sizes + [args.repeats]) < 1:
+        parser.error("--new-tokens, --batch-sizes and --repeats must be >= 1")
+    if args.new_tokens and max(args.new_tokens) >= SIZES["positions"]:
+        parser.error(f"--new-tokens must be below {SIZES['positions']}")
+    if args.worker:
+        return worker(args)
+    results = []
+    for backend in args.backends:
+        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+        cmd = [sys.executable, __file__, "--worker", "--new-tokens",
+               ",".join(map(str, args.new_tokens)), "--batch-sizes",
+               ",".join(map(str, args.batch_sizes)), "--repeats", str(args.repeats)]
+        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        if out.returncode or not line:
+            sys.exit(f"{backend} worker failed with exit code {out.returncode}")
+        results.append(json.loads(line[-1][7:]))
+    print(f"median of {args.repeats} calls after a compiling warm-up call")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
