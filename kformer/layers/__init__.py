@@ -9,7 +9,7 @@ from kformer.layers.attention import MultiHeadAttention
 from kformer.layers.embedding import PatchEmbedding, TokenAndPositionEmbedding
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.moe import MixtureOfExperts
-from kformer.layers.pooling import ClassTokenPooling
+from kformer.layers.pooling import ClassTokenPooling, MaskedMeanPooling
 from kformer.layers.position import (
     PositionEmbedding,
     RotaryEmbedding,
@@ -29,6 +29,7 @@ def __getattr__(name):
 
 __all__ = [
     "ClassTokenPooling",
+    "MaskedMeanPooling",
     "FeedForward",
     "MixtureOfExperts",
     "MultiHeadAttention",

@@ -42,7 +42,7 @@ def imdb_classifier(
     if normalize_first:
         x = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")(x)
     if pooling == "mean":
-        x = keras.layers.GlobalAveragePooling1D(name="pool")(x)  # over real tokens (mask)
+        x = layers.MaskedMeanPooling(name="pool")(x)  # over real tokens; empty text -> zeros
     else:
         x = layers.ClassTokenPooling(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="head_dropout")(x)

@@ -259,6 +259,26 @@ def generate(
     return np.asarray(ops.convert_to_numpy(out), "int32")
 
 
+def decode_function(model, *, max_length, start_token_id, end_token_id, strategy="greedy",
+                    num_beams=4, length_penalty=0.6):
+    """For graphs (SavedModel export): returns `fn(encoder_token_ids) -> ids (batch, max_length)`.
+
+    The same loop as `generate`, in `keras.ops` with no numpy, so it can be
+    traced into a `tf.function`; `strategy` is "greedy" or "beam".
+    """
+    if strategy not in ("greedy", "beam"):
+        raise ValueError(f"`strategy` must be 'greedy' or 'beam' in a graph. Received: strategy={strategy!r}")
+    parts = TranslatorParts(model)
+    config = _check(parts, np.ones((1, 1), "int32"), dict(
+        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id,
+        strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=1, p=1.0,
+        temperature=1.0, use_cache=True,
+    ))
+    if strategy == "beam":
+        return lambda source: _beam_loop(parts, ops.cast(source, "int32"), config)
+    return lambda source: _decode_loop(parts, ops.cast(source, "int32"), None, config)
+
+
 def _check(parts, source, c):
     if c["strategy"] not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={c['strategy']!r}")

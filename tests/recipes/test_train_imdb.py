@@ -1,15 +1,23 @@
+import csv
 import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
 
 import keras
-import numpy as np
 import pytest
 
 from recipes import train_imdb
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
+         "--vocabulary-size=300", "--verbose=2"]
 
-def test_recipe_trains_saves_and_never_overwrites(tmp_path):
-    flags = ["--epochs=1", "--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
-             f"--output-dir={tmp_path}"]
+
+def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
+    flags = FLAGS + ["--epochs=1", f"--output-dir={tmp_path}"]
     first = train_imdb.main(flags)
     assert first == tmp_path / "imdb_tiny" / "1"
     config = json.loads((first / "config.json").read_text())
@@ -18,18 +26,38 @@ def test_recipe_trains_saves_and_never_overwrites(tmp_path):
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["test_examples"] == 96
     model = keras.saving.load_model(first / "model.keras")
     vocabulary = (first / "vocabulary.txt").read_text().splitlines()
-    assert vocabulary[:2] == ["", "[UNK]"]
-    probs = model.predict(np.ones((2, 32), "int32"), verbose=0)
-    assert probs.shape == (2, 2)
+    assert vocabulary[:2] == ["[PAD]", "[UNK]"] and len(vocabulary) == model.get_layer("embedding").vocabulary_size
+    assert (first / "saved_model.pb").is_file()
+    assert (first / "assets.extra" / "tf_serving_warmup_requests").is_file()
+    assert (first / "training_log.csv").is_file() and (first / "logs").is_dir()
+    assert not (tmp_path / "imdb_tiny" / "_training").exists()
     before = (first / "model.keras").read_bytes()
-    second = train_imdb.main(flags)
+    second = train_imdb.main(flags + ["--no-export"])
     assert second == tmp_path / "imdb_tiny" / "2"
     assert (first / "model.keras").read_bytes() == before
     assert not list((tmp_path / "imdb_tiny").glob(".tmp-*"))
 
 
+def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
+    flags = FLAGS + ["--epochs=3", "--no-export", f"--output-dir={tmp_path}"]
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "recipes" / "kill_after_first_epoch.py"),
+         "recipes.train_imdb", *flags], cwd=ROOT, capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    work = tmp_path / "imdb_tiny" / "_training"
+    assert (work / "backup").is_dir() and not (tmp_path / "imdb_tiny" / "1").exists()
+    run_dir = train_imdb.main(flags)
+    out = capsys.readouterr().out
+    assert "Epoch 1/3" not in out and "Epoch 2/3" in out and "Epoch 3/3" in out
+    with open(run_dir / "training_log.csv") as f:
+        epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
+    assert epochs == [0, 1, 2]  # epoch 0 from the killed run, 1-2 from the rerun: nothing lost or repeated
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--epochs=-1"], "--epochs"),
+    (["--epochs=two"], "--epochs"),
     (["--data-dir=/no/such/dir"], "/no/such/dir"),
     (["--preset=vit_tiny"], "imdb_small"),
     (["--learning-rate=0"], "--learning-rate"),

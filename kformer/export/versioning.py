@@ -1,0 +1,45 @@
+"""Versioned, atomic output directories: `<base>/<1, 2, ...>` as TF Serving watches them."""
+
+import os
+import pathlib
+import shutil
+import tempfile
+
+
+def next_version(base_dir):
+    """Smallest integer version above every existing `base_dir/<int>` (1 if none)."""
+    base_dir = pathlib.Path(base_dir)
+    versions = [int(p.name) for p in base_dir.glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def write_new_version(base_dir, write, version=None):
+    """Call `write(tmp_dir)`, then rename `tmp_dir` to `base_dir/<next version>`.
+
+    The version directory appears whole or not at all, and an existing
+    version is never overwritten: if another writer takes the number first,
+    the next free one is used. With an explicit `version`, an existing one is
+    an error. Returns the final path.
+    """
+    base_dir = pathlib.Path(base_dir)
+    if version is not None:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"`version` must be an int >= 1. Received: version={version!r}")
+        if (base_dir / str(version)).exists():
+            raise ValueError(f"Version {version} already exists in {base_dir}; versions are never "
+                             "overwritten. Pass another `version` or None for the next free one.")
+    base_dir.mkdir(parents=True, exist_ok=True)
+    tmp_dir = pathlib.Path(tempfile.mkdtemp(prefix=".tmp-", dir=base_dir))
+    try:
+        write(tmp_dir)
+        while True:
+            final = base_dir / str(version or next_version(base_dir))
+            try:
+                os.rename(tmp_dir, final)  # fails if `final` exists (and is not empty)
+                return final
+            except OSError:
+                if not final.exists() or version is not None:
+                    raise
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise

@@ -1,0 +1,198 @@
+"""Exports for TF Serving, checked by a client process that has only TensorFlow."""
+
+import pathlib
+import pickle
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kformer import export, models
+from kformer.data import imdb
+from kformer.data.wordpiece import WordPieceTokenizer
+
+TEXTS = ["An absolutely wonderful film.", "", "terrible " * 400, "The acting was [MASK] and the [MASK] too."]
+CLASSES = ["negative", "positive"]
+DIGITS = [str(i) for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return WordPieceTokenizer.learn(imdb.load_split("train", max_examples=300)[0], 600)
+
+
+def _ids(tokenizer, length, **kwargs):
+    return tokenizer(tf.constant(TEXTS), length, **kwargs).numpy()
+
+
+def _bert_inputs(tokenizer, length):
+    ids = _ids(tokenizer, length, prefix="[CLS]", suffix="[SEP]")
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
+
+
+def _softmax(logits):
+    return keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.cast(logits, "float32")))
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer, tmp_path_factory):
+    """Export one model per task; return (requests, expected, results from the client)."""
+    base = tmp_path_factory.mktemp("exports")
+    keras.utils.set_random_seed(0)
+    vocab = tokenizer.vocabulary_size
+    requests, expected = [], []
+
+    def add(path, signature, inputs, want):
+        requests.append((str(path), signature, inputs))
+        expected.append(want)
+
+    text = {"text": np.array(TEXTS, dtype=object)}
+    clf = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32)
+    path = export.export_for_serving(clf, base / "imdb", task="text_classification",
+                                     tokenizer=tokenizer, class_names=CLASSES)
+    add(path, "serving_default", text, {"probabilities": _softmax(clf.predict(_ids(tokenizer, 32), verbose=0))})
+
+    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=vocab, max_sequence_length=32,
+                                hidden_dim=32, intermediate_dim=64)
+    bert_clf = models.mini_bert_classifier(backbone, 2)
+    path = export.export_for_serving(bert_clf, base / "bert_clf", task="text_classification",
+                                     tokenizer=tokenizer, class_names=CLASSES, sequence_length=32)
+    add(path, "serving_default", text,
+        {"probabilities": _softmax(bert_clf.predict(_bert_inputs(tokenizer, 32), verbose=0))})
+
+    mlm = models.mini_bert_pretraining(backbone)
+    path = export.export_for_serving(mlm, base / "bert_mlm", task="fill_mask", tokenizer=tokenizer,
+                                     sequence_length=32, top_k=3)
+    inputs = _bert_inputs(tokenizer, 32)
+    positions = np.zeros((len(TEXTS), 2), "int32")
+    for row, ids in enumerate(inputs["token_ids"]):
+        where = np.flatnonzero(ids == tokenizer.ids["[MASK]"])
+        positions[row, : len(where)] = where
+    probs = _softmax(mlm.predict({**inputs, "mask_positions": positions}, verbose=0)["mlm_logits"])
+    add(path, "fill_mask", text, {"top_ids": np.argsort(-probs, axis=-1)[..., :3], "probs": probs})
+
+    translator = models.translator(preset="transformer_tiny", vocabulary_size=vocab)
+    path = export.export_for_serving(translator, base / "translator", task="translation",
+                                     tokenizer=tokenizer, target_tokenizer=tokenizer,
+                                     sequence_length=16, max_length=10, num_beams=3)
+    source = _ids(tokenizer, 16)
+    options = dict(max_length=10, start_token_id=tokenizer.ids["[START]"],
+                   end_token_id=tokenizer.ids["[END]"])
+    for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam")):
+        ids = models.generate(translator, source, strategy=strategy, num_beams=3, **options)
+        add(path, signature, text, {"translation": tokenizer.detokenize(ids).numpy()})
+
+    vit = models.vit(preset="vit_tiny")
+    path = export.export_for_serving(vit, base / "vit", task="image_classification", class_names=DIGITS)
+    gray = np.random.default_rng(0).integers(0, 256, (3, 28, 28, 1), dtype=np.uint8)
+    rgb = np.repeat(gray, 3, axis=-1)  # equal channels: grayscale conversion returns `gray` (+-1)
+    pngs = np.array([tf.io.encode_png(image).numpy() for image in rgb], dtype=object)
+    gray_seen = tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32)).numpy()
+    want = {"probabilities": _softmax(vit.predict(gray_seen, verbose=0))}
+    add(path, "classify_images", {"images": rgb}, want)
+    add(path, "serving_default", {"image_bytes": pngs}, want)
+    add(path, "serving_default", {"image_bytes": np.array([b"not an image"], dtype=object)}, "error")
+
+    folder = tmp_path_factory.mktemp("client")
+    with open(folder / "requests.pkl", "wb") as f:
+        pickle.dump(requests, f)
+    client = pathlib.Path(__file__).with_name("serving_client.py")
+    run = subprocess.run([sys.executable, str(client), str(folder / "requests.pkl"),
+                          str(folder / "results.pkl")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(folder / "results.pkl", "rb") as f:
+        answer = pickle.load(f)
+    assert not answer["kformer_imported"]
+    return requests, expected, answer["results"]
+
+
+def test_classifiers_answer_like_keras(served):
+    for (path, signature, _), want, got in zip(*served):
+        if "probabilities" not in (want if isinstance(want, dict) else {}):
+            continue
+        np.testing.assert_allclose(got["probabilities"], want["probabilities"], atol=1e-5, err_msg=path)
+        classes = DIGITS if "vit" in path else CLASSES
+        label_id = want["probabilities"].argmax(-1)
+        np.testing.assert_array_equal(got["label_id"], label_id)
+        assert [x.decode() for x in got["label"]] == [classes[i] for i in label_id]
+    assert np.isfinite(served[2][0]["probabilities"]).all()  # empty and over-long texts: defined
+
+
+def test_translations_equal_generate(served):
+    pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p]
+    assert len(pairs) == 2
+    for want, got in pairs:
+        assert got["translation"].tolist() == want["translation"].tolist()
+
+
+def test_fill_mask_returns_top_k_per_mask(served, tokenizer):
+    (want, got), = [(w, g) for (p, _, _), w, g in zip(*served) if "bert_mlm" in p]
+    assert got["num_masks"].tolist() == [0, 0, 0, 2]
+    assert got["tokens"].shape == (4, 2, 3) and got["scores"].shape == (4, 2, 3)
+    np.testing.assert_array_equal(got["token_ids"][3], want["top_ids"][3])
+    np.testing.assert_allclose(got["scores"][3], np.sort(want["probs"][3], -1)[:, ::-1][:, :3], atol=1e-5)
+    assert [[t.decode() for t in row] for row in got["tokens"][3]] == [
+        [tokenizer.vocabulary[i] for i in row] for row in want["top_ids"][3]]
+    assert (got["tokens"][:3] == b"").all() and (got["token_ids"][:3] == -1).all()  # no mask: empty
+
+
+def test_non_image_bytes_give_a_clear_error(served):
+    errors = [g for w, g in zip(served[1], served[2]) if w == "error"]
+    assert len(errors) == 1 and "error" in errors[0]
+    assert "image" in errors[0]["error"].lower()
+
+
+def test_saved_model_cli_lists_signatures(served):
+    paths = {p for p, _, _ in served[0]}
+    cli = pathlib.Path(sys.executable).with_name("saved_model_cli")
+    shown = {p: subprocess.run([str(cli), "show", "--dir", p, "--all"], capture_output=True,
+                               text=True, check=True).stdout for p in paths}
+    translator = next(s for p, s in shown.items() if "translator" in p)
+    assert "signature_def['translate_beam']" in translator and "signature_def['serving_default']" in translator
+    assert "outputs['translation'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in translator
+    imdb_export = next(s for p, s in shown.items() if "imdb" in p)
+    assert "inputs['text'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in imdb_export
+    assert "outputs['probabilities'] tensor_info:\n        dtype: DT_FLOAT\n        shape: (-1, 2)" in imdb_export
+    assert "outputs['label_id'] tensor_info:\n        dtype: DT_INT32" in imdb_export
+    vit_export = next(s for p, s in shown.items() if "vit" in p)
+    assert "inputs['images'] tensor_info:\n        dtype: DT_UINT8\n        shape: (-1, -1, -1, 3)" in vit_export
+    assert "inputs['image_bytes'] tensor_info:\n        dtype: DT_STRING" in vit_export
+
+
+def test_warmup_requests_cover_every_signature(served):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    for path in {p for p, _, _ in served[0]}:
+        records = tf.data.TFRecordDataset(str(pathlib.Path(path) / "assets.extra" / "tf_serving_warmup_requests"))
+        logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in records]
+        signatures = {log.predict_log.request.model_spec.signature_name for log in logs}
+        assert signatures == set(tf.saved_model.load(path).signatures.keys()), path
+
+
+def test_versions_are_new_and_never_overwritten(tmp_path):
+    model = models.vit(preset="vit_tiny")
+    first = export.export_for_serving(model, tmp_path, task="image_classification",
+                                      class_names=DIGITS, warmup_requests=False)
+    second = export.export_for_serving(model, tmp_path, task="image_classification",
+                                       class_names=DIGITS, warmup_requests=False)
+    assert (first.name, second.name) == ("1", "2")
+    before = sorted(p.name for p in first.rglob("*"))
+    with pytest.raises(ValueError, match="already exists"):
+        export.export_for_serving(model, tmp_path, task="image_classification", class_names=DIGITS,
+                                  version=1)
+    assert sorted(p.name for p in first.rglob("*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]  # no temporary left behind
+
+
+def test_bad_arguments_name_the_argument(tokenizer):
+    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
+    with pytest.raises(ValueError, match="`task` must be one of"):
+        export.save_for_serving(model, "unused", task="summarize")
+    with pytest.raises(ValueError, match="needs `tokenizer`"):
+        export.save_for_serving(model, "unused", task="text_classification", class_names=CLASSES)
+    with pytest.raises(ValueError, match="`class_names` must be 2 strings"):
+        export.save_for_serving(model, "unused", task="text_classification", tokenizer=tokenizer,
+                                class_names=["only one"])
