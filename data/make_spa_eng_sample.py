@@ -1,0 +1,46 @@
+"""Draw the bundled spa-eng sample from the full file's fixed splits.
+
+    python data/make_spa_eng_sample.py --source /work/shared/data --output data
+
+Writes `<output>/spa-eng/{train,validation,test}.tsv.gz` (4,000 / 500 / 500
+`English<TAB>Spanish` lines, drawn with `numpy.random.default_rng(1)` from the
+splits of `kformer.data.translation.load_pairs`, kept in split order) and
+copies `_about.txt`. gzip level 9 with mtime 0, so reruns give identical bytes.
+"""
+
+import argparse
+import gzip
+import hashlib
+import pathlib
+import shutil
+
+import numpy as np
+
+from kformer.data import translation
+
+SAMPLE_SIZES = {"train": 4000, "validation": 500, "test": 500}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", default="/work/shared/data", help="directory holding spa-eng/spa.txt.gz")
+    parser.add_argument("--output", default=str(translation.BUNDLED_DATA_DIR))
+    args = parser.parse_args(argv)
+    source, output = pathlib.Path(args.source) / "spa-eng", pathlib.Path(args.output) / "spa-eng"
+    if not (source / "spa.txt.gz").is_file():
+        raise SystemExit(f"Full file not found: {source / 'spa.txt.gz'}")
+    output.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    for split, size in SAMPLE_SIZES.items():
+        english, spanish = translation.load_pairs("spa-eng", split, data_dir=args.source)
+        keep = np.sort(rng.choice(len(english), size, replace=False))
+        text = "".join(f"{english[i]}\t{spanish[i]}\n" for i in keep)
+        path = output / f"{split}.tsv.gz"
+        path.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        print(f"{path}: {size} of {len(english)} pairs, sha256 {digest}")
+    shutil.copyfile(source / "_about.txt", output / "_about.txt")
+
+
+if __name__ == "__main__":
+    main()

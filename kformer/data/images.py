@@ -1,0 +1,277 @@
+"""CIFAR-10 and MNIST: bundled or full files -> uint8 arrays -> augmented tf.data.
+
+Files (see data/README.md; the repository bundles small samples laid out the same way):
+
+* `<data_dir>/cifar10/cifar10_{train,test}_jpg.tar.gz`: `<split>/<class>/NNNN.jpg`,
+  32x32 RGB JPEGs, read straight from the tarball and decoded with TensorFlow.
+* `<data_dir>/mnist/mnist_tsuga_png_tonemapped.npz`: `x_train`, `y_train`, `x_test`,
+  `y_test` (pixels slightly tone-mapped). The exact MNIST test pixels are in
+  `<data_dir>/mnist/t10k-{images-idx3,labels-idx1}-ubyte.gz` (`exact_test=True`).
+
+Images stay uint8 here and become float32 0..255 in `make_dataset`; the ViT
+models rescale by 1/255 themselves (`kformer/models/vit.py`).
+"""
+
+import gzip
+import os
+import pathlib
+import struct
+import tarfile
+import zipfile
+
+import numpy as np
+
+BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
+DATASETS = ("cifar10", "mnist")
+SPLITS = ("train", "test")
+CLASS_NAMES = {
+    "cifar10": ("airplane", "automobile", "bird", "cat", "deer",
+                "dog", "frog", "horse", "ship", "truck"),
+    "mnist": tuple(str(digit) for digit in range(10)),
+}
+IMAGE_SHAPES = {"cifar10": (32, 32, 3), "mnist": (28, 28, 1)}
+MNIST_NPZ = "mnist_tsuga_png_tonemapped.npz"
+
+
+def _check_args(dataset, split, max_examples=None):
+    if dataset not in DATASETS:
+        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={dataset!r}")
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+
+
+def _tf_options():
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
+    return options
+
+
+def balanced_order(labels, seed=0):
+    """Fixed-seed shuffle that interleaves the classes.
+
+    Every prefix of the returned order holds each class equally often (to
+    within one) until the rarest class runs out, so `order[:n]` is a balanced
+    subset. Returns int64 indices `(n,)`.
+    """
+    labels = np.asarray(labels)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    rank = np.zeros(len(labels), np.int64)  # k for the k-th example of its class in `order`
+    shuffled = labels[order]
+    for label in np.unique(labels):
+        hits = shuffled == label
+        rank[hits] = np.arange(hits.sum())
+    return order[np.argsort(rank, kind="stable")]
+
+
+def load_split(dataset, split, data_dir=None, max_examples=None, exact_test=False):
+    """Read one split: returns `(images: uint8 (n, h, w, c), labels: int32 (n,))`.
+
+    Rows come in `balanced_order` (seed 0), so `max_examples` keeps the first n
+    and the classes stay balanced. CIFAR-10 gives `(n, 32, 32, 3)`, MNIST
+    `(n, 28, 28, 1)`.
+
+    Args:
+        dataset: str. `"cifar10"` or `"mnist"`.
+        split: str. `"train"` or `"test"`.
+        data_dir: path. Holds `cifar10/` and `mnist/`. Defaults to the bundled
+            samples in the repository's `data/`.
+        max_examples: int. Keep only this many rows. Defaults to all.
+        exact_test: bool. MNIST test only: read the exact original pixels from
+            the t10k IDX files instead of the tone-mapped npz. Defaults to `False`.
+
+    Raises a ValueError naming the path when a file is missing or not what is expected.
+    """
+    _check_args(dataset, split, max_examples)
+    if exact_test and (dataset, split) != ("mnist", "test"):
+        raise ValueError("`exact_test=True` needs dataset='mnist', split='test'. "
+                         f"Received: dataset={dataset!r}, split={split!r}")
+    folder = pathlib.Path(data_dir or BUNDLED_DATA_DIR) / dataset
+    if dataset == "cifar10":
+        path = folder / f"cifar10_{split}_jpg.tar.gz"
+        blobs, labels = _read_cifar_tar(path, split)
+        order = balanced_order(labels)[:max_examples]
+        return _decode_jpegs([blobs[i] for i in order], path), labels[order]
+    if exact_test:
+        images, labels = _read_mnist_idx(folder)
+    else:
+        images, labels = _read_mnist_npz(folder / MNIST_NPZ, split)
+    order = balanced_order(labels)[:max_examples]
+    return images[order], labels[order]
+
+
+def _read_cifar_tar(path, split):
+    """JPEG bytes and labels of every `<split>/<class>/*.jpg` member, in tar order."""
+    expected = f"`<data_dir>/cifar10/{path.name}`, a tar.gz of {split}/<class>/*.jpg"
+    if not path.is_file():
+        raise ValueError(f"CIFAR-10 file not found: {path}. Expected {expected}; "
+                         "see data/README.md.")
+    classes = {name: index for index, name in enumerate(CLASS_NAMES["cifar10"])}
+    blobs, labels = [], []
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                parts = member.name.split("/")
+                if len(parts) != 3 or parts[0] != split or parts[1] not in classes:
+                    raise ValueError(f"unexpected member {member.name!r}")
+                blobs.append(tar.extractfile(member).read())
+                labels.append(classes[parts[1]])
+    except (OSError, EOFError, tarfile.TarError, ValueError) as err:
+        raise ValueError(f"Corrupt CIFAR-10 file {path}: expected {expected} "
+                         f"({type(err).__name__}: {err})") from err
+    if not blobs:
+        raise ValueError(f"CIFAR-10 file {path} holds no images. Expected {expected}.")
+    return blobs, np.asarray(labels, "int32")
+
+
+def _decode_jpegs(blobs, path):
+    """Decode 32x32 RGB JPEG bytes in parallel with tf.data -> uint8 `(n, 32, 32, 3)`."""
+    import tensorflow as tf
+
+    def decode(blob):  # INTEGER_ACCURATE gives the same pixels as Pillow / libjpeg
+        image = tf.io.decode_jpeg(blob, channels=3, dct_method="INTEGER_ACCURATE")
+        return tf.ensure_shape(image, IMAGE_SHAPES["cifar10"])
+
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(blobs, tf.string))
+    ds = ds.map(decode, num_parallel_calls=os.cpu_count() or 1, deterministic=True)
+    ds = ds.batch(4096).with_options(_tf_options())
+    try:
+        return np.concatenate([batch.numpy() for batch in ds])
+    except tf.errors.OpError as err:
+        raise ValueError(f"Corrupt CIFAR-10 file {path}: expected 32x32 RGB JPEGs "
+                         f"({type(err).__name__}: {err.message.splitlines()[0]})") from err
+
+
+def _read_mnist_npz(path, split):
+    """`x_<split>` and `y_<split>` of the MNIST npz -> uint8 `(n, 28, 28, 1)`, int32 `(n,)`."""
+    expected = f"an npz with x_{split} uint8 (n, 28, 28) and y_{split} (n,) digits 0-9"
+    if not path.is_file():
+        raise ValueError(f"MNIST file not found: {path}. Expected {expected}; see data/README.md.")
+    try:
+        with np.load(path) as npz:
+            images, labels = npz[f"x_{split}"], npz[f"y_{split}"]
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise ValueError(f"Corrupt MNIST file {path}: expected {expected} "
+                         f"({type(err).__name__}: {err})") from err
+    return _check_mnist(images, labels, path, expected)
+
+
+def _check_mnist(images, labels, path, expected):
+    if (images.dtype != np.uint8 or images.shape[1:] != (28, 28) or labels.shape != images.shape[:1]
+            or not len(labels) or labels.min() < 0 or labels.max() > 9):
+        raise ValueError(f"Corrupt MNIST file {path}: expected {expected}. Received: "
+                         f"images {images.dtype} {images.shape}, labels {labels.shape}")
+    return images[..., None], labels.astype("int32")
+
+
+def _read_mnist_idx(folder):
+    """The exact t10k test images and labels (LeCun's IDX format, gzipped)."""
+    images = _read_idx(folder / "t10k-images-idx3-ubyte.gz", magic=2051, dims=3)
+    labels = _read_idx(folder / "t10k-labels-idx1-ubyte.gz", magic=2049, dims=1)
+    return _check_mnist(images, labels, folder / "t10k-*-ubyte.gz",
+                        "matching t10k images (n, 28, 28) and labels (n,)")
+
+
+def _read_idx(path, magic, dims):
+    expected = f"a gzipped IDX file with magic number {magic} and {dims} dimension(s)"
+    if not path.is_file():
+        raise ValueError(f"MNIST file not found: {path}. Expected {expected}; see data/README.md.")
+    try:
+        with gzip.open(path, "rb") as file:
+            data = file.read()
+        header = struct.unpack(f">{1 + dims}I", data[: 4 * (1 + dims)])
+        if header[0] != magic:
+            raise ValueError(f"magic number {header[0]}")
+        return np.frombuffer(data, np.uint8, offset=4 * (1 + dims)).reshape(header[1:])
+    except (OSError, EOFError, ValueError, struct.error) as err:
+        raise ValueError(f"Corrupt MNIST file {path}: expected {expected} "
+                         f"({type(err).__name__}: {err})") from err
+
+
+def load_split_tfds(name, split, max_examples=None):
+    """Like `load_split`, but from `tensorflow_datasets` (downloads when online).
+
+    Returns `(images: uint8 (n, h, w, c), labels: int32 (n,))` in `balanced_order`.
+    A real download needs the `importlib_resources` package (tfds imports it
+    lazily); `tfds.testing.mock_data` works without it.
+    """
+    _check_args(name, split, max_examples)
+    import tensorflow_datasets as tfds
+
+    try:
+        ds = tfds.load(name, split=split, as_supervised=True).batch(4096)
+        batches = list(tfds.as_numpy(ds.with_options(_tf_options())))
+    except ModuleNotFoundError as err:
+        raise ImportError(f"tensorflow_datasets needs the missing package {err.name!r} "
+                          f"to load {name!r}: pip install {err.name}") from err
+    images = np.concatenate([x for x, _ in batches]).astype("uint8")
+    labels = np.concatenate([y for _, y in batches]).astype("int32")
+    order = balanced_order(labels)[:max_examples]
+    return images[order], labels[order]
+
+
+def augmentation(dataset, seed=None):
+    """Random training augmentation for ViT as a `keras.layers.Pipeline`.
+
+    CIFAR-10: shift by up to 4 pixels with zero fill (= 4-pixel padding plus a
+    random 32x32 crop, per image) and a horizontal flip. MNIST: shift by up to
+    2 pixels, no flips (digits are not mirror-symmetric). Nearest-neighbour
+    sampling keeps pixel values exact. Identity when called with `training=False`.
+
+    A `Pipeline` rather than `keras.Sequential`: only a Pipeline of Keras
+    preprocessing layers runs inside `tf.data.Dataset.map` on the JAX and
+    torch backends (Sequential converts its inputs with the active backend).
+    A shift instead of `ZeroPadding2D + RandomCrop`: ZeroPadding2D is not a
+    preprocessing layer (fails in tf.data off TensorFlow), and RandomCrop picks
+    one offset for a whole batch and passes the padded image through at inference.
+
+    Call arguments:
+        images: float `(batch, h, w, c)` or `(h, w, c)`, any value range.
+        training: bool. Defaults to `True`.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={dataset!r}")
+    import keras
+
+    pixels = 4 if dataset == "cifar10" else 2
+    factor = pixels / IMAGE_SHAPES[dataset][0]
+    steps = [keras.layers.RandomTranslation(factor, factor, fill_mode="constant",
+                                            interpolation="nearest", seed=seed, name="shift")]
+    if dataset == "cifar10":
+        steps.append(keras.layers.RandomFlip("horizontal", seed=seed, name="flip"))
+    return keras.layers.Pipeline(steps, name=f"{dataset}_augmentation")
+
+
+def make_dataset(images, labels, batch_size, shuffle=False, augment=None, seed=0):
+    """A batched, prefetched `tf.data.Dataset` of `(images, labels)`.
+
+    Args:
+        images: uint8 array `(n, h, w, c)`.
+        labels: int array `(n,)`.
+        batch_size: int.
+        shuffle: bool. Reshuffle every epoch (training). Defaults to `False`.
+        augment: callable on float batches, e.g. `augmentation(dataset)`;
+            applied with `training=True`. Defaults to none (evaluation).
+        seed: int. Shuffle seed. Defaults to `0`.
+
+    Returns:
+        Batches of float32 images `(batch, h, w, c)` in 0..255 and int32 labels `(batch,)`.
+    """
+    import tensorflow as tf
+
+    images, labels = np.asarray(images), np.asarray(labels)
+    if images.ndim != 4 or labels.shape != images.shape[:1]:
+        raise ValueError("Expected images (n, h, w, c) and labels (n,). "
+                         f"Received: images.shape={images.shape}, labels.shape={labels.shape}")
+    ds = tf.data.Dataset.from_tensor_slices((images, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.batch(batch_size).map(lambda x, y: (tf.cast(x, "float32"), tf.cast(y, "int32")))
+    if augment is not None:
+        ds = ds.map(lambda x, y: (augment(x, training=True), y))
+    return ds.prefetch(2).with_options(_tf_options())

@@ -1,0 +1,228 @@
+"""Translation pairs (spa-eng, Multi30k, tfds) -> teacher-forcing tf.data pipelines.
+
+spa-eng (Tatoeba via manythings.org, English -> Spanish): the full
+`<data_dir>/spa-eng/spa.txt.gz` holds 118,964 `English<TAB>Spanish` lines and
+has no official split, so we fix one: shuffle the line indices with
+`numpy.random.default_rng(0).permutation(n)` and take the first
+`n * 90 // 100` as train, the next `n * 5 // 100` as validation and the rest as
+test: 107,067 / 5,948 / 5,949 pairs. When `spa.txt.gz` is absent the loader
+reads per-split samples `<data_dir>/spa-eng/{train,validation,test}.tsv.gz`
+(same line format). The repository bundles 4,000 / 500 / 500 pairs drawn from
+those full splits (data/make_spa_eng_sample.py), so a pair is in the same split
+with the sample and with the full file.
+
+Multi30k task 1 (German -> English, research-only license, not bundled):
+`<data_dir>/multi30k/{train,val,test_2016_flickr}.{de,en}.gz`, 29,000 /
+1,014 / 1,000 parallel lines, read from a directory you pass.
+
+    sources, targets = load_pairs("spa-eng", "train")
+    ds = make_dataset(en_tokenizer, es_tokenizer, sources, targets, 64, 40, shuffle=True)
+"""
+
+import gzip
+import pathlib
+
+import numpy as np
+
+BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
+DATASETS = ("spa-eng", "multi30k")
+SPLITS = ("train", "validation", "test")
+MULTI30K_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+BUCKET_WIDTH = 8  # batches are padded to multiples of 8 (and to sequence_length)
+
+
+def load_pairs(dataset, split, data_dir=None, max_examples=None):
+    """Read one split of a parallel corpus: returns (sources: list[str], targets: list[str]).
+
+    Args:
+        dataset: str. `"spa-eng"` (English -> Spanish) or `"multi30k"`
+            (German -> English).
+        split: str. `"train"`, `"validation"` or `"test"`.
+        data_dir: str or path. Directory holding `spa-eng/` or `multi30k/`.
+            Defaults to the bundled sample directory (spa-eng only).
+        max_examples: int. Keep only the first `max_examples` pairs of the
+            split. Defaults to all.
+
+    Raises a ValueError naming the path when a file is missing or not in the
+    expected format.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={dataset!r}")
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    root = pathlib.Path(data_dir or BUNDLED_DATA_DIR)
+    if dataset == "spa-eng":
+        sources, targets = _load_spa_eng(root / "spa-eng", split)
+    else:
+        sources, targets = _load_multi30k(root / "multi30k", split)
+    return sources[:max_examples], targets[:max_examples]
+
+
+def split_indices(n):
+    """The fixed spa-eng split of `n` lines: dict split -> int array of line indices."""
+    order = np.random.default_rng(0).permutation(n)
+    train_end, validation_end = n * 90 // 100, n * 90 // 100 + n * 5 // 100
+    return {"train": order[:train_end], "validation": order[train_end:validation_end],
+            "test": order[validation_end:]}
+
+
+def _load_spa_eng(folder, split):
+    full = folder / "spa.txt.gz"
+    if full.is_file():
+        pairs = _read_tsv(full)
+        picked = [pairs[i] for i in split_indices(len(pairs))[split]]
+    else:
+        sample = folder / f"{split}.tsv.gz"
+        if not sample.is_file():
+            raise ValueError(
+                f"spa-eng file not found: {full} (nor the sample {sample}). Expected gzip "
+                "`English<TAB>Spanish` lines; pass the directory holding spa-eng/ as data_dir "
+                "(see data/README.md).")
+        picked = _read_tsv(sample)
+    return [p[0] for p in picked], [p[1] for p in picked]
+
+
+def _read_tsv(path):
+    """gzip `English<TAB>Spanish` lines -> list of (english, spanish)."""
+    pairs = []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                fields = line.rstrip("\r\n").split("\t")
+                if len(fields) != 2:
+                    raise ValueError(
+                        f"Corrupt spa-eng file {path}: line {number} has {len(fields) - 1} tabs; "
+                        "expected exactly one (`English<TAB>Spanish`).")
+                pairs.append((fields[0], fields[1]))
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise ValueError(f"Corrupt spa-eng file {path}: expected gzip UTF-8 `English<TAB>Spanish` "
+                         f"lines ({type(err).__name__}: {err})") from err
+    if not pairs:
+        raise ValueError(f"spa-eng file {path} holds no pairs.")
+    return pairs
+
+
+def _load_multi30k(folder, split):
+    german, english = (_read_lines(folder / f"{MULTI30K_FILES[split]}.{lang}.gz") for lang in ("de", "en"))
+    if len(german) != len(english):
+        raise ValueError(
+            f"Multi30k files {folder / MULTI30K_FILES[split]}.{{de,en}}.gz must be parallel: "
+            f"expected the same number of lines, got {len(german)} German and {len(english)} English.")
+    return german, english
+
+
+def _read_lines(path):
+    if not path.is_file():
+        raise ValueError(
+            f"Multi30k file not found: {path}. Multi30k is not bundled (research-only license): "
+            "pass the directory holding multi30k/ as data_dir (--data-dir); see data/README.md.")
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            texts = [line.strip() for line in lines]
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise ValueError(f"Corrupt Multi30k file {path}: expected gzip UTF-8 text, one sentence "
+                         f"a line ({type(err).__name__}: {err})") from err
+    if not texts:
+        raise ValueError(f"Multi30k file {path} holds no sentences.")
+    return texts
+
+
+def load_pairs_tfds(name, split, max_examples=None):
+    """Read a TFDS translation builder (needs network the first time): (sources, targets).
+
+    Source and target follow the builder's `supervised_keys`, e.g.
+    `"ted_hrlr_translate/pt_to_en"` gives Portuguese -> English and
+    `"wmt14_translate/de-en"` German -> English. `split` is a TFDS split
+    string (`"train"`, `"validation"`, `"test[:10%]"`).
+    """
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    import tensorflow_datasets as tfds
+
+    ds = tfds.load(name, split=split, as_supervised=True)
+    if max_examples:
+        ds = ds.take(max_examples)
+    sources, targets = [], []
+    for source, target in tfds.as_numpy(ds):
+        sources.append(source.decode("utf-8"))
+        targets.append(target.decode("utf-8"))
+    return sources, targets
+
+
+def bucket_lengths(sequence_length):
+    """Padded lengths of the batches: multiples of 8 below `sequence_length`, then it."""
+    return [*range(BUCKET_WIDTH, sequence_length, BUCKET_WIDTH), sequence_length]
+
+
+def make_dataset(tokenizer_source, tokenizer_target, sources, targets, batch_size,
+                 sequence_length, shuffle=False, seed=0):
+    """Teacher-forcing `tf.data.Dataset` for `model.fit`, batched by length buckets.
+
+    Each element is `({"encoder_token_ids": (batch, n), "decoder_token_ids":
+    (batch, n)}, labels (batch, n))`, int32, 0 = padding, where `n` is one of
+    `bucket_lengths(sequence_length)`. Decoder inputs are `[START] + target`
+    and labels `target + [END]` (the same tokens shifted by one); the source is
+    truncated to `sequence_length` tokens and the target to
+    `sequence_length - 1`. Texts are tokenized once, up front, so the pipeline
+    only batches in-memory ids (no cache needed). A bucket's last batch may be
+    smaller, so at most `2 * len(bucket_lengths(...))` shapes occur, the same
+    every epoch.
+
+    Args:
+        tokenizer_source, tokenizer_target: `WordPieceTokenizer`s; the target
+            one must hold `[START]` and `[END]`.
+        sources, targets: lists of str of the same length.
+        batch_size: int. Examples per batch.
+        sequence_length: int >= 2. Longest encoder / decoder sequence.
+        shuffle: bool. Reshuffle the examples every epoch. Defaults to `False`.
+        seed: int. Shuffle seed. Defaults to `0`.
+    """
+    import tensorflow as tf
+
+    if len(sources) != len(targets) or not sources:
+        raise ValueError("`sources` and `targets` must be non-empty and of the same length. "
+                         f"Received: {len(sources)} sources, {len(targets)} targets")
+    if sequence_length < 2:
+        raise ValueError(f"`sequence_length` must be >= 2. Received: sequence_length={sequence_length}")
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1. Received: batch_size={batch_size}")
+    source_ids = _tokenize(tokenizer_source, sources, sequence_length)
+    target_ids = _tokenize(tokenizer_target, targets, sequence_length - 1)
+    start, end = tokenizer_target.ids["[START]"], tokenizer_target.ids["[END]"]
+
+    def teacher_forcing(source, target):  # (n_src,), (n_tgt,) -> inputs, labels (n_tgt + 1,)
+        decoder = tf.concat([[start], target], axis=0)
+        labels = tf.concat([target, [end]], axis=0)
+        return {"encoder_token_ids": source, "decoder_token_ids": decoder}, labels
+
+    ds = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+    if shuffle:
+        ds = ds.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(teacher_forcing).bucket_by_sequence_length(
+        lambda inputs, labels: tf.maximum(tf.shape(inputs["encoder_token_ids"])[0], tf.shape(labels)[0]),
+        bucket_boundaries=[n + 1 for n in bucket_lengths(sequence_length)],  # bucket i: length < boundary
+        bucket_batch_sizes=[batch_size] * (len(bucket_lengths(sequence_length)) + 1),
+        pad_to_bucket_boundary=True)  # pads every tensor to boundary - 1 = bucket length
+    ds = ds.apply(tf.data.experimental.assert_cardinality(
+        _num_batches(source_ids, target_ids, sequence_length, batch_size)))
+    options = tf.data.Options()
+    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
+    return ds.prefetch(2).with_options(options)
+
+
+def _num_batches(source_ids, target_ids, sequence_length, batch_size):
+    """Batches per epoch: a known count gives fit() a progress bar and no 'ran out of data' warning."""
+    lengths = np.maximum(source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy() + 1)
+    per_bucket = np.bincount(np.searchsorted(bucket_lengths(sequence_length), lengths))
+    return int(np.sum(-(-per_bucket // batch_size)))
+
+
+def _tokenize(tokenizer, texts, max_tokens, chunk_size=2000):
+    """list of str -> int32 RaggedTensor (len(texts), (<= max_tokens)), in chunks."""
+    import tensorflow as tf
+
+    chunks = [tokenizer.tokenize(tf.constant(texts[i:i + chunk_size]))[:, :max_tokens]
+              for i in range(0, len(texts), chunk_size)]
+    return tf.concat(chunks, axis=0)
