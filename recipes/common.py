@@ -93,7 +93,11 @@ def setup(args):
         return contextlib.nullcontext()
     import tensorflow as tf
 
-    return tf.distribute.MirroredStrategy().scope()
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+    strategy = tf.distribute.MirroredStrategy(devices)
+    print(f"MirroredStrategy over {strategy.num_replicas_in_sync} devices", flush=True)
+    return strategy.scope()
 
 
 def _devices():
@@ -135,12 +139,14 @@ def finish(args, name, work_dir, write):
     """Write `<output-dir>/<name>/<version>/` via `write(tmp_dir)` plus the logs; drop `work_dir`."""
     def write_all(tmp_dir):
         write(tmp_dir)
-        for item in ("training_log.csv", "logs"):
-            source = pathlib.Path(work_dir) / item
+        work = pathlib.Path(work_dir)
+        for source in [*work.rglob("training_log.csv"), *work.rglob("logs")]:
+            target = tmp_dir / source.relative_to(work)
+            target.parent.mkdir(parents=True, exist_ok=True)
             if source.is_file():
-                shutil.copy2(source, tmp_dir / item)
-            elif source.is_dir():
-                shutil.copytree(source, tmp_dir / item)
+                shutil.copy2(source, target)
+            else:
+                shutil.copytree(source, target)
 
     run_dir = write_new_version(pathlib.Path(args.output_dir) / name, write_all)
     shutil.rmtree(work_dir, ignore_errors=True)

@@ -1,0 +1,180 @@
+"""Pretrain mini-BERT (masked LM + next sentence) on IMDB reviews, then fine-tune it on IMDB sentiment.
+
+    python -m recipes.pretrain_mini_bert                             # bundled samples
+    python -m recipes.pretrain_mini_bert --data-dir ../shared/data   # 50k unlabeled + 25k train reviews
+    python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
+    python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
+
+Pretraining text: the unlabeled reviews plus the training reviews (never the
+test split). 15% of tokens are selected (80% [MASK] / 10% random / 10% kept),
+re-masked every batch; sentence pairs are 50% true continuations. Writes
+`<output-dir>/<preset>_mlm/<version>/` (SavedModel with a `fill_mask`
+signature, `model.keras`, `vocabulary.txt`, `metrics.json` with masked-token
+accuracy) and `<output-dir>/<preset>_imdb/<version>/` (the fine-tuned classifier:
+raw text in, `label` / `probabilities` out, with its test accuracy).
+"""
+
+import time
+
+import keras
+import numpy as np
+
+from kformer import export, models
+from kformer.data import imdb, mlm
+from kformer.data.wordpiece import CLS, SEP, WordPieceTokenizer
+from recipes import common
+
+CLASS_NAMES = ["negative", "positive"]
+
+
+def parse_args(argv=None):
+    p = common.make_parser(__doc__, builder="mini_bert", preset="bert_tiny", epochs=3,
+                           batch_size=32, learning_rate=5e-4)
+    p.add_argument("--finetune-epochs", type=common.positive_int, default=2)
+    p.add_argument("--finetune-learning-rate", type=float, default=1e-4)
+    p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
+    p.add_argument("--sequence-length", type=common.positive_int, default=128)
+    p.add_argument("--compare-scratch", action="store_true",
+                   help="also fine-tune a randomly initialized backbone with the same budget")
+    args = common.parse_args(p, argv)
+    if args.sequence_length < 8:
+        p.error(f"--sequence-length must be >= 8, got {args.sequence_length}")
+    return args
+
+
+def classifier_dataset(tokenizer, texts, labels, args, shuffle=False):
+    import tensorflow as tf
+
+    ids = tokenizer.encode(texts, args.sequence_length, prefix=CLS, suffix=SEP)
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
+    ds = tf.data.Dataset.from_tensor_slices((x, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=args.seed)
+    options = tf.data.Options()
+    options.autotune.enabled = False  # FACTS.md: avoids tf.data's shutdown stall after fit
+    return ds.batch(args.batch_size).prefetch(2).with_options(options)
+
+
+def build_backbone(args, vocabulary_size):
+    return models.build(args.preset, vocabulary_size=vocabulary_size,
+                        max_sequence_length=args.sequence_length)
+
+
+def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
+    """Pretrain (or, on a rerun after pretraining finished, reload) -> model, backbone, metrics."""
+    pairs = mlm.segment_pairs(texts, tokenizer, args.sequence_length, seed=args.seed)
+    cut = len(pairs["nsp_labels"]) - max(1, len(pairs["nsp_labels"]) // 20)  # 5% held out
+    train = {k: v[:cut] for k, v in pairs.items()}
+    held_out = {k: v[cut:] for k, v in pairs.items()}
+    masking = mlm.masking_args(tokenizer)
+    train_ds = mlm.make_pretraining_dataset(train, args.batch_size, shuffle=True, seed=args.seed, **masking)
+    val_ds = mlm.make_pretraining_dataset(held_out, args.batch_size, dynamic_masking=False, **masking)
+    with scope:
+        backbone = build_backbone(args, tokenizer.vocabulary_size)
+        model = models.mini_bert_pretraining(backbone)
+        model.compile(
+            keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
+            loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True, reduction="mean_with_sample_weight"),
+                  "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+            weighted_metrics={"mlm_logits": ["sparse_categorical_accuracy"],
+                              "nsp_logits": ["sparse_categorical_accuracy"]},
+            jit_compile=args.jit_compile)
+    start = time.time()
+    if pretrained_path.is_file():
+        model.load_weights(pretrained_path)
+    else:
+        model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose,
+                  shuffle=False, callbacks=common.callbacks(work_dir / "pretrain", args.patience, "val_loss"))
+        model.save_weights(pretrained_path)
+    results = model.evaluate(val_ds, verbose=0, return_dict=True)
+    metrics = {"masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"]),
+               "next_sentence_accuracy": float(results["nsp_logits_sparse_categorical_accuracy"]),
+               "pretraining_pairs": cut, "held_out_pairs": len(held_out["nsp_labels"]),
+               "pretraining_texts": len(texts), "epochs": args.epochs,
+               "train_seconds": round(time.time() - start, 1), "backend": keras.backend.backend()}
+    return model, backbone, metrics
+
+
+def finetune(args, backbone, datasets, work_dir, scope):
+    with scope:
+        model = models.mini_bert_classifier(backbone, len(CLASS_NAMES))
+        model.compile(keras.optimizers.AdamW(args.finetune_learning_rate, weight_decay=0.01),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"], jit_compile=args.jit_compile)
+    start = time.time()
+    model.fit(datasets["train"], validation_data=datasets["validation"], epochs=args.finetune_epochs,
+              verbose=args.verbose, shuffle=False,
+              callbacks=common.callbacks(work_dir, args.patience, "val_accuracy"))
+    _, accuracy = model.evaluate(datasets["test"], verbose=0)
+    return model, float(accuracy), round(time.time() - start, 1)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    scope = common.setup(args)
+    try:
+        unlabeled, _ = imdb.load_split("unsup", args.data_dir, args.max_examples)
+        texts, labels = imdb.load_split("train", args.data_dir, args.max_examples)
+        test_texts, test_labels = imdb.load_split("test", args.data_dir, args.max_examples)
+    except ValueError as err:
+        common.fail(err)
+    (train_texts, train_labels), (val_texts, val_labels) = imdb.train_validation_split(
+        texts, labels, seed=args.seed)
+    work_dir = common.training_dir(args, f"{args.preset}_mlm")
+    corpus = unlabeled + train_texts  # never the validation or test reviews
+    vocabulary_path = work_dir / "vocabulary.txt"
+    if vocabulary_path.is_file():  # resumed run
+        tokenizer = WordPieceTokenizer.load(vocabulary_path)
+    else:
+        tokenizer = WordPieceTokenizer.learn(corpus, args.vocabulary_size)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(vocabulary_path)
+
+    pretrained_path = work_dir / "pretrained.weights.h5"
+    mlm_model, backbone, mlm_metrics = pretrain(args, tokenizer, corpus, work_dir, scope, pretrained_path)
+    print(f"masked-token accuracy: {mlm_metrics['masked_token_accuracy']:.4f}", flush=True)
+
+    datasets = {"train": classifier_dataset(tokenizer, train_texts, train_labels, args, shuffle=True),
+                "validation": classifier_dataset(tokenizer, val_texts, val_labels, args),
+                "test": classifier_dataset(tokenizer, test_texts, test_labels, args)}
+    classifier, accuracy, seconds = finetune(args, backbone, datasets, work_dir / "finetune", scope)
+    clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),
+                   "train_examples": len(train_labels), "finetune_epochs": args.finetune_epochs,
+                   "finetune_seconds": seconds, "pretrained": True, "backend": keras.backend.backend()}
+    if args.compare_scratch:
+        keras.utils.set_random_seed(args.seed)
+        with scope:
+            scratch_backbone = build_backbone(args, tokenizer.vocabulary_size)
+        _, scratch, _ = finetune(args, scratch_backbone, datasets, work_dir / "scratch", scope)
+        clf_metrics["scratch_test_accuracy"] = scratch
+    print(f"fine-tuned IMDB test accuracy: {accuracy:.4f}"
+          + (f" (from scratch: {clf_metrics['scratch_test_accuracy']:.4f})" if args.compare_scratch else ""))
+
+    config = {"preset": args.preset, **models.get_preset(args.preset),
+              "vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
+              "class_names": CLASS_NAMES}
+
+    def writer(model, task, metrics, name):
+        def write(tmp_dir):
+            if not args.no_export:
+                extra = {"class_names": CLASS_NAMES} if task == "text_classification" else {}
+                export.save_for_serving(model, tmp_dir, task=task, tokenizer=tokenizer, model_name=name,
+                                        sequence_length=args.sequence_length, **extra)
+            model.save(tmp_dir / "model.keras")
+            tokenizer.save(tmp_dir / "vocabulary.txt")
+            common.write_json(tmp_dir / "config.json", config)
+            common.write_json(tmp_dir / "metrics.json", metrics)
+        return write
+
+    mlm_dir = common.write_new_version(
+        f"{args.output_dir}/{args.preset}_mlm",
+        writer(mlm_model, "fill_mask", mlm_metrics, f"{args.preset}_mlm"))
+    clf_dir = common.finish(args, f"{args.preset}_imdb", work_dir,
+                            writer(classifier, "text_classification", clf_metrics, f"{args.preset}_imdb"))
+    print(f"saved: {mlm_dir} (fill_mask) and {clf_dir} (classifier)")
+    return mlm_dir, clf_dir
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Every recipe end to end on a tiny slice of the bundled real data: train, evaluate, save, export."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from recipes import pretrain_mini_bert, train_translator, train_vit
+
+COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
+
+
+def test_translator_recipe(tmp_path):
+    run_dir = train_translator.main(COMMON + [
+        "--preset=transformer_tiny", "--vocabulary-size=300", "--sequence-length=16",
+        "--batch-size=16", f"--output-dir={tmp_path}"])
+    assert run_dir == tmp_path / "transformer_tiny_spa-eng" / "1"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0
+    assert metrics["test_examples"] == 64 and len(metrics["samples"]) == 8
+    assert {"source", "reference", "translation"} <= set(metrics["samples"][0])
+    model = keras.saving.load_model(run_dir / "model.keras")
+    assert model.get_layer("encoder_embedding").vocabulary_size == len(
+        (run_dir / "source_vocabulary.txt").read_text().splitlines())
+    assert (run_dir / "saved_model.pb").is_file()
+
+
+@pytest.mark.parametrize("dataset, preset", [("mnist", "vit_tiny"), ("cifar10", "vit_small_cifar")])
+def test_vit_recipe(tmp_path, dataset, preset):
+    flags = COMMON + [f"--dataset={dataset}", f"--preset={preset}", "--batch-size=32",
+                      f"--output-dir={tmp_path}"]
+    if dataset == "cifar10":
+        flags.append("--no-export")
+    run_dir = train_vit.main(flags)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 <= metrics["test_top1"] <= metrics["test_top5"] <= 1.0
+    model = keras.saving.load_model(run_dir / "model.keras")
+    size = model.input.shape[1]
+    assert model.predict(np.zeros((2, size, size, model.input.shape[-1])), verbose=0).shape == (2, 10)
+    assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist")
+
+
+def test_vit_recipe_rejects_a_preset_of_the_wrong_image_size(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_vit.main(["--dataset=cifar10", "--preset=vit_tiny"])
+    assert exit_info.value.code != 0 and "vit_small_cifar" in capsys.readouterr().err
+
+
+def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
+    mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
+        "--finetune-epochs=1", "--vocabulary-size=300", "--sequence-length=32", "--batch-size=16",
+        "--no-export", f"--output-dir={tmp_path}"])
+    mlm_metrics = json.loads((mlm_dir / "metrics.json").read_text())
+    assert 0.0 <= mlm_metrics["masked_token_accuracy"] <= 1.0
+    clf_metrics = json.loads((clf_dir / "metrics.json").read_text())
+    assert 0.0 <= clf_metrics["test_accuracy"] <= 1.0 and clf_metrics["pretrained"]
+    pretrained = keras.saving.load_model(mlm_dir / "model.keras")
+    classifier = keras.saving.load_model(clf_dir / "model.keras")
+    assert {"mlm_logits", "nsp_logits"} == set(pretrained.output)
+    assert classifier.output.shape == (None, 2)
+    assert (clf_dir / "pretrain" / "training_log.csv").is_file()
+    assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
+
+
+@pytest.mark.parametrize("recipe, flags, message", [
+    (train_translator, ["--preset=imdb_tiny"], "transformer_small"),
+    (train_translator, ["--batch-size=0"], "--batch-size"),
+    (train_vit, ["--dataset=imagenet"], "--dataset"),
+    (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
+    (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
+])
+def test_bad_flags_exit_with_a_clear_message(recipe, flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.main(flags)
+    assert exit_info.value.code != 0
+    assert message in capsys.readouterr().err
