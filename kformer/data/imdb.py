@@ -2,8 +2,8 @@
 
 Files are `<data_dir>/imdb/{train,test,unsup}.jsonl.gz`, one
 `{"id", "label", "rating", "text"}` object a line (see data/README.md). The
-repository bundles a 5,000/2,000 sample; pass the full set's directory as
-`data_dir` for the 25,000/25,000 splits.
+repository bundles a 5,000 train / 2,000 test / 3,000 unlabeled sample; pass
+the full set's directory as `data_dir` for 25,000 / 25,000 / 50,000.
 """
 
 import gzip

@@ -13,6 +13,7 @@ keras-hub's `compute_word_piece_vocabulary`.
 
 import collections
 import pathlib
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +23,7 @@ SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK, START, END)  # [PAD] = 0
 # ASCII symbols and Unicode punctuation become words of their own (as in BERT).
 PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
 MAX_CHARS_PER_WORD = 100
+_ENCODERS = weakref.WeakKeyDictionary()  # tokenizer -> compiled `encode` functions (not tracked)
 
 
 def normalize(texts):
@@ -171,8 +173,12 @@ class WordPieceTokenizer(tf.Module):
 
     def encode(self, texts, sequence_length, prefix=None, suffix=None, chunk_size=2000):
         """list of str -> int32 numpy `(len(texts), sequence_length)`, tokenized in compiled chunks."""
-        fn = tf.function(lambda t: self(t, sequence_length, prefix, suffix),
-                         input_signature=[tf.TensorSpec([None], tf.string)])
+        key = (sequence_length, prefix, suffix)
+        compiled = _ENCODERS.setdefault(self, {})
+        if key not in compiled:  # one trace per setting, reused across calls
+            compiled[key] = tf.function(lambda t: self(t, sequence_length, prefix, suffix),
+                                        input_signature=[tf.TensorSpec([None], tf.string)])
+        fn = compiled[key]
         chunks = [fn(tf.constant(list(texts[i:i + chunk_size]), tf.string)).numpy()
                   for i in range(0, len(texts), chunk_size)]
         return np.concatenate(chunks) if chunks else np.zeros((0, sequence_length), np.int32)
