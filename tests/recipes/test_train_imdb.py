@@ -18,7 +18,7 @@ FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
 
 def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
     flags = FLAGS + ["--epochs=1", f"--output-dir={tmp_path}"]
-    first = train_imdb.main(flags)
+    first = train_imdb.main(flags)  # exports on every backend (JAX/torch via a TF subprocess)
     assert first == tmp_path / "imdb_tiny" / "1"
     config = json.loads((first / "config.json").read_text())
     assert config["preset"] == "imdb_tiny" and config["sequence_length"] == 32
