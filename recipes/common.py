@@ -34,8 +34,11 @@ def positive_int(text):
     return value
 
 
-def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate):
-    """The flags every recipe shares; `builder` limits `--preset` to that builder's presets."""
+def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds=False):
+    """The flags every recipe shares; `builder` limits `--preset` to that builder's presets.
+
+    `tfds=True` adds `--tfds`: read the data with tensorflow_datasets instead of files.
+    """
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     p.set_defaults(builder=builder)
@@ -46,6 +49,9 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate):
     p.add_argument("--max-examples", type=positive_int, default=None,
                    help="use at most this many examples of each split (quick runs)")
     p.add_argument("--data-dir", default=None, help="full data sets (default: the bundled sample)")
+    if tfds:
+        p.add_argument("--tfds", action="store_true",
+                       help="load with tensorflow_datasets instead (downloads on first use; needs network)")
     p.add_argument("--output-dir", default="saved_models")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--mixed-precision", action="store_true",
@@ -70,6 +76,8 @@ def parse_args(parser, argv):
         parser.error(f"--learning-rate must be > 0, got {args.learning_rate}")
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         parser.error(f"--data-dir {args.data_dir!r} is not a directory")
+    if getattr(args, "tfds", False) and args.data_dir is not None:
+        parser.error("--tfds and --data-dir are alternatives; pass one of them")
     if args.distribute and keras.backend.backend() not in ("jax", "tensorflow"):
         parser.error(f"--distribute supports KERAS_BACKEND=jax or tensorflow, got "
                      f"{keras.backend.backend()} (for torch, launch with torchrun and DDP)")
@@ -112,6 +120,15 @@ def _devices():
     import tensorflow as tf
 
     return [d.name.replace("/physical_device:", "").lower() for d in tf.config.list_logical_devices()]
+
+
+def load_imdb(split, args):
+    """IMDB `split` from `--tfds`, `--data-dir` or the bundled sample -> (texts, labels)."""
+    from kformer.data import imdb
+
+    if args.tfds:
+        return imdb.load_split_tfds(split, args.max_examples)
+    return imdb.load_split(split, args.data_dir, args.max_examples)
 
 
 def training_dir(args, name):

@@ -2,6 +2,7 @@
 
     python -m recipes.pretrain_mini_bert                             # bundled samples
     python -m recipes.pretrain_mini_bert --data-dir ../shared/data   # 50k unlabeled + 25k train reviews
+    python -m recipes.pretrain_mini_bert --tfds                      # the same, from TFDS (online)
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
 
@@ -29,7 +30,7 @@ CLASS_NAMES = ["negative", "positive"]
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="mini_bert", preset="bert_tiny", epochs=3,
-                           batch_size=32, learning_rate=5e-4)
+                           batch_size=32, learning_rate=5e-4, tfds=True)
     p.add_argument("--finetune-epochs", type=common.positive_int, default=2)
     p.add_argument("--finetune-learning-rate", type=float, default=1e-4)
     p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
@@ -114,9 +115,9 @@ def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
     try:
-        unlabeled, _ = imdb.load_split("unsup", args.data_dir, args.max_examples)
-        texts, labels = imdb.load_split("train", args.data_dir, args.max_examples)
-        test_texts, test_labels = imdb.load_split("test", args.data_dir, args.max_examples)
+        unlabeled, _ = common.load_imdb("unsup", args)
+        texts, labels = common.load_imdb("train", args)
+        test_texts, test_labels = common.load_imdb("test", args)
     except ValueError as err:
         common.fail(err)
     (train_texts, train_labels), (val_texts, val_labels) = imdb.train_validation_split(

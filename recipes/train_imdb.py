@@ -3,6 +3,7 @@
     python -m recipes.train_imdb                                 # bundled 5k/2k sample
     KERAS_BACKEND=jax python -m recipes.train_imdb --epochs 4
     python -m recipes.train_imdb --data-dir ../shared/data      # the full 25k/25k splits
+    python -m recipes.train_imdb --tfds                         # the same, from TFDS imdb_reviews (online)
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
 
 A WordPiece vocabulary is learned from the training split. Writes
@@ -25,7 +26,7 @@ CLASS_NAMES = ["negative", "positive"]
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="imdb_classifier", preset="imdb_small", epochs=3,
-                           batch_size=32, learning_rate=1e-3)
+                           batch_size=32, learning_rate=1e-3, tfds=True)
     p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
     p.add_argument("--sequence-length", type=common.positive_int, default=256)
     return common.parse_args(p, argv)
@@ -46,8 +47,8 @@ def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
     try:
-        texts, labels = imdb.load_split("train", args.data_dir, args.max_examples)
-        test_texts, test_labels = imdb.load_split("test", args.data_dir, args.max_examples)
+        texts, labels = common.load_imdb("train", args)
+        test_texts, test_labels = common.load_imdb("test", args)
     except ValueError as err:
         common.fail(err)
     (train_texts, train_labels), (val_texts, val_labels) = imdb.train_validation_split(

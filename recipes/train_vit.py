@@ -3,6 +3,7 @@
     python -m recipes.train_vit                                   # MNIST, bundled sample
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --data-dir ../shared/data
+    python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --tfds  # TFDS (online)
     python -m recipes.train_vit --epochs 1 --max-examples 256      # quick smoke run
 
 Training uses AdamW with warmup + cosine decay and random shifts (plus flips
@@ -22,7 +23,7 @@ from recipes import common
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="vit", preset="vit_tiny", epochs=5, batch_size=128,
-                           learning_rate=1e-3)
+                           learning_rate=1e-3, tfds=True)
     p.add_argument("--dataset", choices=images.DATASETS, default="mnist")
     p.add_argument("--weight-decay", type=float, default=0.05)
     args = common.parse_args(p, argv)
@@ -39,8 +40,12 @@ def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
     try:
-        x, y = images.load_split(args.dataset, "train", args.data_dir, args.max_examples)
-        test_x, test_y = images.load_split(args.dataset, "test", args.data_dir, args.max_examples)
+        if args.tfds:
+            x, y = images.load_split_tfds(args.dataset, "train", args.max_examples)
+            test_x, test_y = images.load_split_tfds(args.dataset, "test", args.max_examples)
+        else:
+            x, y = images.load_split(args.dataset, "train", args.data_dir, args.max_examples)
+            test_x, test_y = images.load_split(args.dataset, "test", args.data_dir, args.max_examples)
     except ValueError as err:
         common.fail(err)
     cut = len(y) - max(1, len(y) // 10)  # rows are class-interleaved, so the tail is balanced

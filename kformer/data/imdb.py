@@ -3,7 +3,8 @@
 Files are `<data_dir>/imdb/{train,test,unsup}.jsonl.gz`, one
 `{"id", "label", "rating", "text"}` object a line (see data/README.md). The
 repository bundles a 5,000 train / 2,000 test / 3,000 unlabeled sample; pass
-the full set's directory as `data_dir` for 25,000 / 25,000 / 50,000.
+the full set's directory as `data_dir` for 25,000 / 25,000 / 50,000, or
+use `load_split_tfds` to read TFDS's `imdb_reviews` (downloads when online).
 """
 
 import gzip
@@ -55,6 +56,35 @@ def load_split(split, data_dir=None, max_examples=None):
         ) from err
     if not texts:
         raise ValueError(f"IMDB file {path} holds no reviews.")
+    return texts, np.asarray(labels, "int32")
+
+
+def load_split_tfds(split, max_examples=None):
+    """Like `load_split`, but from TFDS's `imdb_reviews` (downloads on first use).
+
+    `split` is one of `SPLITS` ("unsup" reads TFDS's "unsupervised", whose
+    labels are -1). Returns (texts: list[str], labels: int32 array).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    import tensorflow_datasets as tfds
+
+    tfds_split = {"unsup": "unsupervised"}.get(split, split)
+    try:
+        ds = tfds.load("imdb_reviews", split=tfds_split, as_supervised=True)
+    except ModuleNotFoundError as err:
+        raise ImportError(f"tensorflow_datasets needs the missing package {err.name!r} "
+                          f"to load 'imdb_reviews': pip install {err.name}") from err
+    if max_examples:
+        ds = ds.take(max_examples)
+    texts, labels = [], []
+    for text, label in tfds.as_numpy(ds):
+        texts.append(clean_text(text.decode("utf-8")))
+        labels.append(int(label))
+    if not texts:
+        raise ValueError(f"TFDS imdb_reviews split {tfds_split!r} holds no reviews.")
     return texts, np.asarray(labels, "int32")
 
 

@@ -39,3 +39,15 @@ def test_split_is_deterministic_and_disjoint():
     (a, _), (b, _) = imdb.train_validation_split(texts, labels, seed=3)
     (a2, _), (b2, _) = imdb.train_validation_split(texts, labels, seed=3)
     assert a == a2 and b == b2 and len(b) == 10 and not set(a) & set(b)
+
+
+def test_tfds_path_with_mock_data():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=12):  # offline
+        texts, labels = imdb.load_split_tfds("train", max_examples=5)
+        unsup, _ = imdb.load_split_tfds("unsup")
+    assert len(texts) == 5 and all(isinstance(t, str) and t for t in texts)
+    assert labels.dtype == np.int32 and set(np.unique(labels)) <= {0, 1}
+    assert len(unsup) == 12
+    with pytest.raises(ValueError, match="split='validation'"):
+        imdb.load_split_tfds("validation")

@@ -73,6 +73,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     (train_vit, ["--dataset=imagenet"], "--dataset"),
     (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
     (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
+    (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
 ])
 def test_bad_flags_exit_with_a_clear_message(recipe, flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -73,3 +73,11 @@ def test_missing_data_file_exits_with_the_path(tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         train_imdb.main([f"--data-dir={tmp_path}", f"--output-dir={tmp_path}"])
     assert str(tmp_path / "imdb" / "train.jsonl.gz") in str(exit_info.value.code)
+
+
+def test_tfds_flag_trains_on_tfds_imdb_reviews(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=40):  # offline stand-in for the download
+        run_dir = train_imdb.main(FLAGS + ["--epochs=1", "--tfds", "--no-export", f"--output-dir={tmp_path}"])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["test_examples"] == 40 and metrics["train_examples"] == 36
