@@ -122,13 +122,26 @@ def _devices():
     return [d.name.replace("/physical_device:", "").lower() for d in tf.config.list_logical_devices()]
 
 
-def load_imdb(split, args):
-    """IMDB `split` from `--tfds`, `--data-dir` or the bundled sample -> (texts, labels)."""
+def load_imdb(args, *, unlabeled=False):
+    """IMDB from `--tfds`, `--data-dir` or the bundled sample, split as the recipes train on it.
+
+    Returns `{"train", "validation", "test"}` -> (texts, labels), the validation
+    split carved from train with `--seed`; plus `"unsup"` when `unlabeled`.
+    Exits with the loader's message when a file is missing or corrupt.
+    """
     from kformer.data import imdb
 
-    if args.tfds:
-        return imdb.load_split_tfds(split, args.max_examples)
-    return imdb.load_split(split, args.data_dir, args.max_examples)
+    def load(split):
+        if args.tfds:
+            return imdb.load_split_tfds(split, args.max_examples)
+        return imdb.load_split(split, args.data_dir, args.max_examples)
+
+    try:
+        splits = {split: load(split) for split in ("train", "test") + (("unsup",) if unlabeled else ())}
+    except ValueError as err:
+        fail(err)
+    splits["train"], splits["validation"] = imdb.train_validation_split(*splits["train"], seed=args.seed)
+    return splits
 
 
 def training_dir(args, name):

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from kformer import export, models
-from kformer.data import imdb, mlm
+from kformer.data import mlm
 from kformer.data.wordpiece import CLS, SEP, WordPieceTokenizer
 from recipes import common
 
@@ -114,14 +114,10 @@ def finetune(args, backbone, datasets, work_dir, scope):
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
-    try:
-        unlabeled, _ = common.load_imdb("unsup", args)
-        texts, labels = common.load_imdb("train", args)
-        test_texts, test_labels = common.load_imdb("test", args)
-    except ValueError as err:
-        common.fail(err)
-    (train_texts, train_labels), (val_texts, val_labels) = imdb.train_validation_split(
-        texts, labels, seed=args.seed)
+    splits = common.load_imdb(args, unlabeled=True)
+    unlabeled, _ = splits["unsup"]
+    (train_texts, train_labels), (val_texts, val_labels), (test_texts, test_labels) = (
+        splits["train"], splits["validation"], splits["test"])
     work_dir = common.training_dir(args, f"{args.preset}_mlm")
     corpus = unlabeled + train_texts  # never the validation or test reviews
     vocabulary_path = work_dir / "vocabulary.txt"

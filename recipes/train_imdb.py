@@ -46,13 +46,9 @@ def learn_or_load_tokenizer(work_dir, texts, vocabulary_size):
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
-    try:
-        texts, labels = common.load_imdb("train", args)
-        test_texts, test_labels = common.load_imdb("test", args)
-    except ValueError as err:
-        common.fail(err)
-    (train_texts, train_labels), (val_texts, val_labels) = imdb.train_validation_split(
-        texts, labels, seed=args.seed)
+    splits = common.load_imdb(args)
+    (train_texts, train_labels), (val_texts, val_labels), (test_texts, test_labels) = (
+        splits["train"], splits["validation"], splits["test"])
     work_dir = common.training_dir(args, args.preset)
     tokenizer = learn_or_load_tokenizer(work_dir, train_texts, args.vocabulary_size)
     encode = lambda t: tokenizer.encode(t, args.sequence_length)  # noqa: E731

@@ -21,6 +21,8 @@ import zipfile
 
 import numpy as np
 
+from kformer.data.checks import check_max_examples, check_one_of
+
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 DATASETS = ("cifar10", "mnist")
 SPLITS = ("train", "test")
@@ -34,12 +36,9 @@ MNIST_NPZ = "mnist_tsuga_png_tonemapped.npz"
 
 
 def _check_args(dataset, split, max_examples=None):
-    if dataset not in DATASETS:
-        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={dataset!r}")
-    if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    check_one_of("dataset", dataset, DATASETS)
+    check_one_of("split", split, SPLITS)
+    check_max_examples(max_examples)
 
 
 def _tf_options():
@@ -234,8 +233,7 @@ def augmentation(dataset, seed=None):
         images: float `(batch, h, w, c)` or `(h, w, c)`, any value range.
         training: bool. Defaults to `True`.
     """
-    if dataset not in DATASETS:
-        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={dataset!r}")
+    check_one_of("dataset", dataset, DATASETS)
     import keras
 
     pixels = 4 if dataset == "cifar10" else 2

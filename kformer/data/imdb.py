@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from kformer.data.checks import check_max_examples, check_one_of
+
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 SPLITS = ("train", "test", "unsup")
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -30,10 +32,8 @@ def load_split(split, data_dir=None, max_examples=None):
     Raises a ValueError naming the path when the file is missing or not the
     expected gzip JSON Lines.
     """
-    if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    check_one_of("split", split, SPLITS)
+    check_max_examples(max_examples)
     path = pathlib.Path(data_dir or BUNDLED_DATA_DIR) / "imdb" / f"{split}.jsonl.gz"
     if not path.is_file():
         raise ValueError(
@@ -65,10 +65,8 @@ def load_split_tfds(split, max_examples=None):
     `split` is one of `SPLITS` ("unsup" reads TFDS's "unsupervised", whose
     labels are -1). Returns (texts: list[str], labels: int32 array).
     """
-    if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    check_one_of("split", split, SPLITS)
+    check_max_examples(max_examples)
     import tensorflow_datasets as tfds
 
     tfds_split = {"unsup": "unsupervised"}.get(split, split)

@@ -24,6 +24,8 @@ import pathlib
 
 import numpy as np
 
+from kformer.data.checks import check_max_examples, check_one_of
+
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 DATASETS = ("spa-eng", "multi30k")
 SPLITS = ("train", "validation", "test")
@@ -46,12 +48,9 @@ def load_pairs(dataset, split, data_dir=None, max_examples=None):
     Raises a ValueError naming the path when a file is missing or not in the
     expected format.
     """
-    if dataset not in DATASETS:
-        raise ValueError(f"`dataset` must be one of {DATASETS}. Received: dataset={dataset!r}")
-    if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    check_one_of("dataset", dataset, DATASETS)
+    check_one_of("split", split, SPLITS)
+    check_max_examples(max_examples)
     root = pathlib.Path(data_dir or BUNDLED_DATA_DIR)
     if dataset == "spa-eng":
         sources, targets = _load_spa_eng(root / "spa-eng", split)
@@ -137,8 +136,7 @@ def load_pairs_tfds(name, split, max_examples=None):
     `"wmt14_translate/de-en"` German -> English. `split` is a TFDS split
     string (`"train"`, `"validation"`, `"test[:10%]"`).
     """
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"`max_examples` must be >= 1. Received: max_examples={max_examples}")
+    check_max_examples(max_examples)
     import tensorflow_datasets as tfds
 
     ds = tfds.load(name, split=split, as_supervised=True)
