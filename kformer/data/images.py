@@ -22,6 +22,7 @@ import zipfile
 import numpy as np
 
 from kformer.data.checks import check_max_examples, check_one_of
+from kformer.data.subsets import balanced_order
 
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 DATASETS = ("cifar10", "mnist")
@@ -47,23 +48,6 @@ def _tf_options():
     options = tf.data.Options()
     options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
     return options
-
-
-def balanced_order(labels, seed=0):
-    """Fixed-seed shuffle that interleaves the classes.
-
-    Every prefix of the returned order holds each class equally often (to
-    within one) until the rarest class runs out, so `order[:n]` is a balanced
-    subset. Returns int64 indices `(n,)`.
-    """
-    labels = np.asarray(labels)
-    order = np.random.default_rng(seed).permutation(len(labels))
-    rank = np.zeros(len(labels), np.int64)  # k for the k-th example of its class in `order`
-    shuffled = labels[order]
-    for label in np.unique(labels):
-        hits = shuffled == label
-        rank[hits] = np.arange(hits.sum())
-    return order[np.argsort(rank, kind="stable")]
 
 
 def load_split(dataset, split, data_dir=None, max_examples=None, exact_test=False):

@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from kformer.data.checks import check_max_examples, check_one_of
+from kformer.data.subsets import balanced_order
 
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 SPLITS = ("train", "test", "unsup")
@@ -28,6 +29,8 @@ def clean_text(text):
 
 def load_split(split, data_dir=None, max_examples=None):
     """Read one split: returns (texts: list[str], labels: int32 array).
+
+    With `max_examples`, a fixed class-balanced subset, in file order.
 
     Raises a ValueError naming the path when the file is missing or not the
     expected gzip JSON Lines.
@@ -47,8 +50,6 @@ def load_split(split, data_dir=None, max_examples=None):
                 row = json.loads(line)
                 texts.append(clean_text(row["text"]))
                 labels.append(int(row["label"]))
-                if max_examples and len(texts) >= max_examples:
-                    break
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
         raise ValueError(
             f"Corrupt IMDB file {path}: expected gzip JSON Lines objects with 'text' and "
@@ -56,7 +57,11 @@ def load_split(split, data_dir=None, max_examples=None):
         ) from err
     if not texts:
         raise ValueError(f"IMDB file {path} holds no reviews.")
-    return texts, np.asarray(labels, "int32")
+    labels = np.asarray(labels, "int32")
+    if max_examples:  # the files are sorted by label: take a fixed, class-balanced subset
+        keep = np.sort(balanced_order(labels)[:max_examples])
+        texts, labels = [texts[i] for i in keep], labels[keep]
+    return texts, labels
 
 
 def load_split_tfds(split, max_examples=None):

@@ -51,3 +51,14 @@ def test_tfds_path_with_mock_data():
     assert len(unsup) == 12
     with pytest.raises(ValueError, match="split='validation'"):
         imdb.load_split_tfds("validation")
+
+
+def test_max_examples_takes_a_balanced_subset_of_a_label_sorted_file(tmp_path):
+    (tmp_path / "imdb").mkdir()
+    with gzip.open(tmp_path / "imdb" / "train.jsonl.gz", "wt") as f:  # like the full files: sorted
+        for i in range(40):
+            f.write(f'{{"text": "review {i}", "label": {int(i >= 20)}}}\n')
+    texts, labels = imdb.load_split("train", tmp_path, max_examples=10)
+    assert len(texts) == 10 and labels.sum() == 5
+    assert texts == sorted(texts, key=lambda t: int(t.split()[1]))  # file order kept
+    assert imdb.load_split("train", tmp_path, max_examples=10)[0] == texts  # deterministic
