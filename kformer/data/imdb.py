@@ -7,7 +7,6 @@ the full set's directory as `data_dir` for 25,000 / 25,000 / 50,000, or
 use `load_split_tfds` to read TFDS's `imdb_reviews` (downloads when online).
 """
 
-import gzip
 import json
 import pathlib
 import re
@@ -15,6 +14,7 @@ import re
 import numpy as np
 
 from kformer.data.checks import check_max_examples, check_one_of
+from kformer.data.files import read_gzip_lines
 from kformer.data.subsets import balanced_order
 
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
@@ -43,25 +43,20 @@ def load_split(split, data_dir=None, max_examples=None):
             f"IMDB file not found: {path}. Expected `<data_dir>/imdb/{split}.jsonl.gz` "
             "(gzip JSON Lines with 'text' and 'label'); see data/README.md."
         )
-    texts, labels = [], []
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                row = json.loads(line)
-                texts.append(clean_text(row["text"]))
-                labels.append(int(row["label"]))
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(
-            f"Corrupt IMDB file {path}: expected gzip JSON Lines objects with 'text' and "
-            f"'label' ({type(err).__name__}: {err})"
-        ) from err
-    if not texts:
-        raise ValueError(f"IMDB file {path} holds no reviews.")
-    labels = np.asarray(labels, "int32")
+    rows = read_gzip_lines(path, _parse_review, name="IMDB",
+                           expected="gzip JSON Lines objects with 'text' and 'label'",
+                           errors=(json.JSONDecodeError, KeyError, TypeError))
+    texts = [text for text, _ in rows]
+    labels = np.asarray([label for _, label in rows], "int32")
     if max_examples:  # the files are sorted by label: take a fixed, class-balanced subset
         keep = np.sort(balanced_order(labels)[:max_examples])
         texts, labels = [texts[i] for i in keep], labels[keep]
     return texts, labels
+
+
+def _parse_review(line, _number):
+    row = json.loads(line)
+    return clean_text(row["text"]), int(row["label"])
 
 
 def load_split_tfds(split, max_examples=None):

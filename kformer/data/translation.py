@@ -19,12 +19,12 @@ Multi30k task 1 (German -> English, research-only license, not bundled):
     ds = make_dataset(en_tokenizer, es_tokenizer, sources, targets, 64, 40, shuffle=True)
 """
 
-import gzip
 import pathlib
 
 import numpy as np
 
 from kformer.data.checks import check_max_examples, check_one_of
+from kformer.data.files import read_gzip_lines
 
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 DATASETS = ("spa-eng", "multi30k")
@@ -85,22 +85,15 @@ def _load_spa_eng(folder, split):
 
 def _read_tsv(path):
     """gzip `English<TAB>Spanish` lines -> list of (english, spanish)."""
-    pairs = []
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                fields = line.rstrip("\r\n").split("\t")
-                if len(fields) != 2:
-                    raise ValueError(
-                        f"Corrupt spa-eng file {path}: line {number} has {len(fields) - 1} tabs; "
-                        "expected exactly one (`English<TAB>Spanish`).")
-                pairs.append((fields[0], fields[1]))
-    except (OSError, EOFError, UnicodeDecodeError) as err:
-        raise ValueError(f"Corrupt spa-eng file {path}: expected gzip UTF-8 `English<TAB>Spanish` "
-                         f"lines ({type(err).__name__}: {err})") from err
-    if not pairs:
-        raise ValueError(f"spa-eng file {path} holds no pairs.")
-    return pairs
+    return read_gzip_lines(path, _split_pair, name="spa-eng",
+                           expected="gzip UTF-8 `English<TAB>Spanish` lines", errors=(ValueError,))
+
+
+def _split_pair(line, number):
+    fields = line.rstrip("\r\n").split("\t")
+    if len(fields) != 2:
+        raise ValueError(f"line {number} has {len(fields) - 1} tabs; expected exactly one")
+    return fields[0], fields[1]
 
 
 def _load_multi30k(folder, split):
@@ -117,15 +110,8 @@ def _read_lines(path):
         raise ValueError(
             f"Multi30k file not found: {path}. Multi30k is not bundled (research-only license): "
             "pass the directory holding multi30k/ as data_dir (--data-dir); see data/README.md.")
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
-            texts = [line.strip() for line in lines]
-    except (OSError, EOFError, UnicodeDecodeError) as err:
-        raise ValueError(f"Corrupt Multi30k file {path}: expected gzip UTF-8 text, one sentence "
-                         f"a line ({type(err).__name__}: {err})") from err
-    if not texts:
-        raise ValueError(f"Multi30k file {path} holds no sentences.")
-    return texts
+    return read_gzip_lines(path, lambda line, _: line.strip(), name="Multi30k",
+                           expected="gzip UTF-8 text, one sentence a line")
 
 
 def load_pairs_tfds(name, split, max_examples=None):

@@ -29,6 +29,10 @@ def test_missing_and_corrupt_files_name_the_path(tmp_path):
         f.write('{"text": "no label"}\n')
     with pytest.raises(ValueError, match="'label'"):
         imdb.load_split("test", tmp_path)
+    with gzip.open(tmp_path / "imdb" / "unsup.jsonl.gz", "wt") as f:
+        pass
+    with pytest.raises(ValueError, match="IMDB file .*unsup.jsonl.gz is empty"):
+        imdb.load_split("unsup", tmp_path)
     with pytest.raises(ValueError, match="split='dev'"):
         imdb.load_split("dev")
 

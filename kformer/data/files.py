@@ -1,0 +1,22 @@
+"""Reading gzip text data files: one clear error for a corrupt or empty file."""
+
+import gzip
+
+
+def read_gzip_lines(path, parse, *, name, expected, errors=()):
+    """Parse each line of a gzip UTF-8 file: returns [parse(line, number), ...].
+
+    Raises one ValueError naming `name`, the path and `expected` when the file
+    is not gzip UTF-8 text, when `parse` raises one of `errors`, or when it
+    holds no lines. (Missing files are the caller's check: its message says
+    where the file should come from.)
+    """
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            rows = [parse(line, number) for number, line in enumerate(lines, 1)]
+    except (OSError, EOFError, UnicodeDecodeError, *errors) as err:
+        raise ValueError(f"Corrupt {name} file {path}: expected {expected} "
+                         f"({type(err).__name__}: {err})") from err
+    if not rows:
+        raise ValueError(f"{name} file {path} is empty: expected {expected}.")
+    return rows
