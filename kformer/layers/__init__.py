@@ -6,6 +6,7 @@ whole layer library reads as one namespace (`kformer.layers.TransformerEncoderBl
 
 from kformer.layers import masks
 from kformer.layers.attention import MultiHeadAttention
+from kformer.layers.convolution import ConformerConvolution, ConvolutionSubsampling
 from kformer.layers.embedding import PatchEmbedding, TokenAndPositionEmbedding
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.moe import MixtureOfExperts
@@ -15,6 +16,7 @@ from kformer.layers.position import (
     RotaryEmbedding,
     SinusoidalPositionEncoding,
 )
+from kformer.layers.relative_attention import RelativeMultiHeadAttention
 
 _BLOCKS = ("TransformerDecoderBlock", "TransformerEncoderBlock")
 
@@ -29,12 +31,15 @@ def __getattr__(name):
 
 __all__ = [
     "ClassTokenPooling",
+    "ConformerConvolution",
+    "ConvolutionSubsampling",
     "MaskedMeanPooling",
     "FeedForward",
     "MixtureOfExperts",
     "MultiHeadAttention",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RelativeMultiHeadAttention",
     "RotaryEmbedding",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
