@@ -144,6 +144,22 @@ def load_imdb(args, *, unlabeled=False):
     return splits
 
 
+def learn_or_load_tokenizer(path, texts, vocabulary_size):
+    """The WordPiece vocabulary at `path`, learned from `texts` on the first run.
+
+    A resumed run reuses the vocabulary its first epochs were trained with.
+    """
+    from kformer.data.wordpiece import WordPieceTokenizer
+
+    path = pathlib.Path(path)
+    if path.is_file():
+        return WordPieceTokenizer.load(path)
+    tokenizer = WordPieceTokenizer.learn(texts, vocabulary_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(path)
+    return tokenizer
+
+
 def training_dir(args, name):
     return pathlib.Path(args.output_dir) / name / "_training"
 

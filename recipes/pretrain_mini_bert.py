@@ -10,7 +10,7 @@ Pretraining text: the unlabeled reviews plus the training reviews (never the
 test split). 15% of tokens are selected (80% [MASK] / 10% random / 10% kept),
 re-masked every batch; sentence pairs are 50% true continuations. Writes
 `<output-dir>/<preset>_mlm/<version>/` (SavedModel with a `fill_mask`
-signature, `model.keras`, `vocabulary.txt`, `metrics.json` with masked-token
+signature, `model.keras` (with its vocabulary), `metrics.json` with masked-token
 accuracy) and `<output-dir>/<preset>_imdb/<version>/` (the fine-tuned classifier:
 raw text in, `label` / `probabilities` out, with its test accuracy).
 """
@@ -18,11 +18,10 @@ raw text in, `label` / `probabilities` out, with its test accuracy).
 import time
 
 import keras
-import numpy as np
 
 from kformer import export, models
 from kformer.data import mlm
-from kformer.data.wordpiece import CLS, SEP, WordPieceTokenizer
+from kformer.data.preprocessors import BertPreprocessor
 from recipes import common
 
 CLASS_NAMES = ["negative", "positive"]
@@ -43,22 +42,8 @@ def parse_args(argv=None):
     return args
 
 
-def classifier_dataset(tokenizer, texts, labels, args, shuffle=False):
-    import tensorflow as tf
-
-    ids = tokenizer.encode(texts, args.sequence_length, prefix=CLS, suffix=SEP)
-    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
-    ds = tf.data.Dataset.from_tensor_slices((x, labels))
-    if shuffle:
-        ds = ds.shuffle(len(labels), seed=args.seed)
-    options = tf.data.Options()
-    options.autotune.enabled = False  # FACTS.md: avoids tf.data's shutdown stall after fit
-    return ds.batch(args.batch_size).prefetch(2).with_options(options)
-
-
 def build_backbone(args, vocabulary_size):
-    return models.build(args.preset, vocabulary_size=vocabulary_size,
-                        max_sequence_length=args.sequence_length)
+    return models.build(args.preset, vocabulary_size=vocabulary_size, sequence_length=args.sequence_length)
 
 
 def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
@@ -72,7 +57,8 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     val_ds = mlm.make_pretraining_dataset(held_out, args.batch_size, dynamic_masking=False, **masking)
     with scope:
         backbone = build_backbone(args, tokenizer.vocabulary_size)
-        model = models.mini_bert_pretraining(backbone)
+        model = models.mini_bert_pretraining(
+            backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
         model.compile(
             keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
             loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
@@ -97,9 +83,10 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     return model, backbone, metrics
 
 
-def finetune(args, backbone, datasets, work_dir, scope):
+def finetune(args, backbone, preprocessor, datasets, work_dir, scope):
     with scope:
-        model = models.mini_bert_classifier(backbone, len(CLASS_NAMES))
+        model = models.mini_bert_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
+                                            preprocessor=preprocessor)
         model.compile(keras.optimizers.AdamW(args.finetune_learning_rate, weight_decay=0.01),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
@@ -120,22 +107,18 @@ def main(argv=None):
         splits["train"], splits["validation"], splits["test"])
     work_dir = common.training_dir(args, f"{args.preset}_mlm")
     corpus = unlabeled + train_texts  # never the validation or test reviews
-    vocabulary_path = work_dir / "vocabulary.txt"
-    if vocabulary_path.is_file():  # resumed run
-        tokenizer = WordPieceTokenizer.load(vocabulary_path)
-    else:
-        tokenizer = WordPieceTokenizer.learn(corpus, args.vocabulary_size)
-        work_dir.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(vocabulary_path)
+    tokenizer = common.learn_or_load_tokenizer(work_dir / "vocabulary.txt", corpus, args.vocabulary_size)
 
     pretrained_path = work_dir / "pretrained.weights.h5"
     mlm_model, backbone, mlm_metrics = pretrain(args, tokenizer, corpus, work_dir, scope, pretrained_path)
     print(f"masked-token accuracy: {mlm_metrics['masked_token_accuracy']:.4f}", flush=True)
 
-    datasets = {"train": classifier_dataset(tokenizer, train_texts, train_labels, args, shuffle=True),
-                "validation": classifier_dataset(tokenizer, val_texts, val_labels, args),
-                "test": classifier_dataset(tokenizer, test_texts, test_labels, args)}
-    classifier, accuracy, seconds = finetune(args, backbone, datasets, work_dir / "finetune", scope)
+    preprocessor = BertPreprocessor(tokenizer, args.sequence_length)
+    datasets = {"train": preprocessor.dataset(train_texts, train_labels, batch_size=args.batch_size,
+                                              shuffle=True, seed=args.seed),
+                "validation": preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size),
+                "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)}
+    classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope)
     clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),
                    "train_examples": len(train_labels), "finetune_epochs": args.finetune_epochs,
                    "finetune_seconds": seconds, "pretrained": True, "backend": keras.backend.backend()}
@@ -143,7 +126,7 @@ def main(argv=None):
         keras.utils.set_random_seed(args.seed)
         with scope:
             scratch_backbone = build_backbone(args, tokenizer.vocabulary_size)
-        _, scratch, _ = finetune(args, scratch_backbone, datasets, work_dir / "scratch", scope)
+        _, scratch, _ = finetune(args, scratch_backbone, preprocessor, datasets, work_dir / "scratch", scope)
         clf_metrics["scratch_test_accuracy"] = scratch
     print(f"fine-tuned IMDB test accuracy: {accuracy:.4f}"
           + (f" (from scratch: {clf_metrics['scratch_test_accuracy']:.4f})" if args.compare_scratch else ""))
@@ -152,23 +135,20 @@ def main(argv=None):
               "vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
               "class_names": CLASS_NAMES}
 
-    def writer(model, task, metrics, name):
+    def writer(model, metrics, name):
         def write(tmp_dir):
             if not args.no_export:
-                extra = {"class_names": CLASS_NAMES} if task == "text_classification" else {}
-                export.save_for_serving(model, tmp_dir, task=task, tokenizer=tokenizer, model_name=name,
-                                        sequence_length=args.sequence_length, **extra)
+                export.save_for_serving(model, tmp_dir, model_name=name)
             model.save(tmp_dir / "model.keras")
-            tokenizer.save(tmp_dir / "vocabulary.txt")
             common.write_json(tmp_dir / "config.json", config)
             common.write_json(tmp_dir / "metrics.json", metrics)
         return write
 
     mlm_dir = common.write_new_version(
         f"{args.output_dir}/{args.preset}_mlm",
-        writer(mlm_model, "fill_mask", mlm_metrics, f"{args.preset}_mlm"))
+        writer(mlm_model, mlm_metrics, f"{args.preset}_mlm"))
     clf_dir = common.finish(args, f"{args.preset}_imdb", work_dir,
-                            writer(classifier, "text_classification", clf_metrics, f"{args.preset}_imdb"))
+                            writer(classifier, clf_metrics, f"{args.preset}_imdb"))
     print(f"saved: {mlm_dir} (fill_mask) and {clf_dir} (classifier)")
     return mlm_dir, clf_dir
 

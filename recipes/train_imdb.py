@@ -8,7 +8,8 @@
 
 A WordPiece vocabulary is learned from the training split. Writes
 `<output-dir>/<preset>/<version>/`: the TF Serving SavedModel (raw text in:
-`label`, `label_id`, `probabilities` out), `model.keras`, `vocabulary.txt`,
+`label`, `label_id`, `probabilities` out), `model.keras` (the `TextClassifier`
+with its preprocessor: `kformer.models.load(version_dir).predict(["A fine film."])`),
 `config.json` and `metrics.json` (test accuracy), plus the training logs.
 """
 
@@ -17,8 +18,7 @@ import time
 import keras
 
 from kformer import export, models
-from kformer.data import imdb
-from kformer.data.wordpiece import WordPieceTokenizer
+from kformer.data.preprocessors import TextClassifierPreprocessor
 from recipes import common
 
 CLASS_NAMES = ["negative", "positive"]
@@ -32,17 +32,6 @@ def parse_args(argv=None):
     return common.parse_args(p, argv)
 
 
-def learn_or_load_tokenizer(work_dir, texts, vocabulary_size):
-    """A resumed run reuses the vocabulary its first epochs were trained with."""
-    path = work_dir / "vocabulary.txt"
-    if path.is_file():
-        return WordPieceTokenizer.load(path)
-    tokenizer = WordPieceTokenizer.learn(texts, vocabulary_size)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(path)
-    return tokenizer
-
-
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
@@ -50,18 +39,19 @@ def main(argv=None):
     (train_texts, train_labels), (val_texts, val_labels), (test_texts, test_labels) = (
         splits["train"], splits["validation"], splits["test"])
     work_dir = common.training_dir(args, args.preset)
-    tokenizer = learn_or_load_tokenizer(work_dir, train_texts, args.vocabulary_size)
-    encode = lambda t: tokenizer.encode(t, args.sequence_length)  # noqa: E731
-    train_ds = imdb.make_dataset(encode(train_texts), train_labels, args.batch_size,
-                                 shuffle=True, seed=args.seed)
-    val_ds = imdb.make_dataset(encode(val_texts), val_labels, args.batch_size)
-    test_ds = imdb.make_dataset(encode(test_texts), test_labels, args.batch_size)
+    tokenizer = common.learn_or_load_tokenizer(work_dir / "vocabulary.txt", train_texts,
+                                               args.vocabulary_size)
+    preprocessor = TextClassifierPreprocessor(tokenizer, args.sequence_length)
+    train_ds = preprocessor.dataset(train_texts, train_labels, batch_size=args.batch_size,
+                                    shuffle=True, seed=args.seed)
+    val_ds = preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size)
+    test_ds = preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)
 
-    overrides = {"vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length}
-    config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
-              "class_names": CLASS_NAMES}
+    overrides = {"vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
+                 "class_names": CLASS_NAMES}
+    config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
     with scope:
-        model = models.build(args.preset, **overrides)
+        model = models.build(args.preset, preprocessor=preprocessor, **overrides)
         model.compile(keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
@@ -78,10 +68,8 @@ def main(argv=None):
 
     def write(tmp_dir):
         if not args.no_export:
-            export.save_for_serving(model, tmp_dir, task="text_classification", tokenizer=tokenizer,
-                                    class_names=CLASS_NAMES, model_name=args.preset)
+            export.save_for_serving(model, tmp_dir, model_name=args.preset)
         model.save(tmp_dir / "model.keras")
-        tokenizer.save(tmp_dir / "vocabulary.txt")
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)
 

@@ -12,7 +12,8 @@ split. Test BLEU and chrF come from sacrebleu on detokenized text; the
 vocabularies are lower-cased, so BLEU is case-insensitive (`lowercase=True`).
 Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
 (`text` in, `translation` out; greedy by default, `translate_beam`),
-`model.keras`, `source_vocabulary.txt`, `target_vocabulary.txt`, `config.json`,
+`model.keras` (the `Translator` with both vocabularies:
+`kformer.models.load(version_dir).translate(["How are you?"])`), `config.json`,
 `metrics.json` (with sample translations) and the training logs.
 """
 
@@ -23,7 +24,7 @@ import keras
 
 from kformer import export, models
 from kformer.data import translation
-from kformer.data.wordpiece import END, START, WordPieceTokenizer
+from kformer.data.preprocessors import TranslatorPreprocessor
 from recipes import common
 
 
@@ -42,49 +43,25 @@ def parse_args(argv=None):
     return common.parse_args(p, argv)
 
 
-def learn_or_load(path, texts, vocabulary_size):
-    if path.is_file():  # a resumed run keeps the vocabulary its first epochs used
-        return WordPieceTokenizer.load(path)
-    tokenizer = WordPieceTokenizer.learn(texts, vocabulary_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(path)
-    return tokenizer
-
-
-def translate(model, source_tokenizer, target_tokenizer, texts, args, batch_size=256):
-    """list of str -> list of str (greedy or beam search with the KV cache)."""
-    outputs = []
-    for start in range(0, len(texts), batch_size):
-        source = source_tokenizer.encode(texts[start:start + batch_size], args.sequence_length)
-        ids = models.generate(model, source, max_length=args.sequence_length,
-                              start_token_id=target_tokenizer.ids[START],
-                              end_token_id=target_tokenizer.ids[END],
-                              strategy="beam" if args.num_beams > 1 else "greedy",
-                              num_beams=args.num_beams)
-        outputs += [t.decode("utf-8") for t in target_tokenizer.detokenize(ids).numpy()]
-    return outputs
-
-
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
     try:
-        sources, targets = translation.load_pairs(args.dataset, "train", args.data_dir, args.max_examples)
-        val = translation.load_pairs(args.dataset, "validation", args.data_dir, args.max_examples)
-        test_sources, test_targets = translation.load_pairs(
-            args.dataset, "test", args.data_dir, args.max_test_examples or args.max_examples)
+        sources, targets = translation.load_split("train", args.dataset, args.data_dir, args.max_examples)
+        val = translation.load_split("validation", args.dataset, args.data_dir, args.max_examples)
+        test_sources, test_targets = translation.load_split(
+            "test", args.dataset, args.data_dir, args.max_test_examples or args.max_examples)
     except ValueError as err:
         common.fail(err)
     name = f"{args.preset}_{args.dataset}"
     work_dir = common.training_dir(args, name)
-    source_tokenizer = learn_or_load(work_dir / "source_vocabulary.txt", sources, args.vocabulary_size)
-    target_tokenizer = learn_or_load(work_dir / "target_vocabulary.txt", targets, args.vocabulary_size)
-    make = lambda pairs, **kw: translation.make_dataset(  # noqa: E731
-        source_tokenizer, target_tokenizer, *pairs, args.batch_size, args.sequence_length, **kw)
-    train_ds = make((sources, targets), shuffle=True, seed=args.seed)
-    val_ds = make(val)
+    source_tokenizer = common.learn_or_load_tokenizer(work_dir / "source_vocabulary.txt", sources, args.vocabulary_size)
+    target_tokenizer = common.learn_or_load_tokenizer(work_dir / "target_vocabulary.txt", targets, args.vocabulary_size)
+    preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length)
+    train_ds = preprocessor.dataset(sources, targets, batch_size=args.batch_size, shuffle=True, seed=args.seed)
+    val_ds = preprocessor.dataset(*val, batch_size=args.batch_size)
 
-    overrides = {"vocabulary_size": None, "encoder_vocabulary_size": source_tokenizer.vocabulary_size,
+    overrides = {"encoder_vocabulary_size": source_tokenizer.vocabulary_size,
                  "decoder_vocabulary_size": target_tokenizer.vocabulary_size,
                  "sequence_length": max(args.sequence_length, models.get_preset(args.preset)["sequence_length"])}
     steps = args.epochs * int(train_ds.cardinality())
@@ -92,8 +69,8 @@ def main(argv=None):
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
               "dataset": args.dataset, "warmup_steps": warmup}
     with scope:
-        model = models.build(args.preset, **overrides)
-        hidden = model.get_layer("decoder_embedding").hidden_dim
+        model = models.build(args.preset, preprocessor=preprocessor, **overrides)
+        hidden = model.hidden_dim
         scale = args.learning_rate / (hidden ** -0.5 * warmup ** -0.5)  # peak = --learning-rate
         optimizer = keras.optimizers.Adam(models.TransformerSchedule(hidden, warmup, scale),
                                           beta_1=0.9, beta_2=0.98, epsilon=1e-9)
@@ -106,7 +83,8 @@ def main(argv=None):
     import sacrebleu
 
     start = time.time()
-    hypotheses = translate(model, source_tokenizer, target_tokenizer, test_sources, args)
+    hypotheses = model.translate(test_sources, strategy="beam" if args.num_beams > 1 else "greedy",
+                                 num_beams=args.num_beams)
     bleu = sacrebleu.corpus_bleu(hypotheses, [test_targets], lowercase=True)
     chrf = sacrebleu.corpus_chrf(hypotheses, [[t.lower() for t in test_targets]])
     metrics = {
@@ -123,13 +101,8 @@ def main(argv=None):
 
     def write(tmp_dir):
         if not args.no_export:
-            export.save_for_serving(model, tmp_dir, task="translation", tokenizer=source_tokenizer,
-                                    target_tokenizer=target_tokenizer, model_name=name,
-                                    sequence_length=args.sequence_length, max_length=args.sequence_length,
-                                    num_beams=max(4, args.num_beams))
+            export.save_for_serving(model, tmp_dir, model_name=name, num_beams=max(4, args.num_beams))
         model.save(tmp_dir / "model.keras")
-        source_tokenizer.save(tmp_dir / "source_vocabulary.txt")
-        target_tokenizer.save(tmp_dir / "target_vocabulary.txt")
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)
 

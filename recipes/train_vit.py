@@ -18,6 +18,7 @@ import keras
 
 from kformer import export, models
 from kformer.data import images
+from kformer.data.preprocessors import ImageClassifierPreprocessor
 from recipes import common
 
 
@@ -41,29 +42,31 @@ def main(argv=None):
     scope = common.setup(args)
     try:
         if args.tfds:
-            x, y = images.load_split_tfds(args.dataset, "train", args.max_examples)
-            test_x, test_y = images.load_split_tfds(args.dataset, "test", args.max_examples)
+            x, y = images.load_split_tfds("train", args.dataset, args.max_examples)
+            test_x, test_y = images.load_split_tfds("test", args.dataset, args.max_examples)
         else:
-            x, y = images.load_split(args.dataset, "train", args.data_dir, args.max_examples)
-            test_x, test_y = images.load_split(args.dataset, "test", args.data_dir, args.max_examples)
+            x, y = images.load_split("train", args.dataset, args.data_dir, args.max_examples)
+            test_x, test_y = images.load_split("test", args.dataset, args.data_dir, args.max_examples)
     except ValueError as err:
         common.fail(err)
+    preset = models.get_preset(args.preset)
+    preprocessor = ImageClassifierPreprocessor(preset["image_size"], preset["channels"])
     cut = len(y) - max(1, len(y) // 10)  # rows are class-interleaved, so the tail is balanced
-    train_ds = images.make_dataset(x[:cut], y[:cut], args.batch_size, shuffle=True, seed=args.seed,
-                                   augment=images.augmentation(args.dataset, seed=args.seed))
-    val_ds = images.make_dataset(x[cut:], y[cut:], args.batch_size)
-    test_ds = images.make_dataset(test_x, test_y, args.batch_size)
+    train_ds = preprocessor.dataset(x[:cut], y[:cut], batch_size=args.batch_size, shuffle=True,
+                                    seed=args.seed, augment=images.augmentation(args.dataset, seed=args.seed))
+    val_ds = preprocessor.dataset(x[cut:], y[cut:], batch_size=args.batch_size)
+    test_ds = preprocessor.dataset(test_x, test_y, batch_size=args.batch_size)
 
     name = f"{args.preset}_{args.dataset}"
     work_dir = common.training_dir(args, name)
-    config = {"preset": args.preset, **models.get_preset(args.preset),
-              "class_names": images.CLASS_NAMES[args.dataset], "dataset": args.dataset}
+    class_names = list(images.CLASS_NAMES[args.dataset])
+    config = {"preset": args.preset, **preset, "class_names": class_names, "dataset": args.dataset}
     steps = args.epochs * -(-cut // args.batch_size)
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0, max(1, steps - steps // 10), warmup_target=args.learning_rate,
         warmup_steps=steps // 10)
     with scope:
-        model = models.build(args.preset)
+        model = models.build(args.preset, class_names=class_names, preprocessor=preprocessor)
         model.compile(keras.optimizers.AdamW(schedule, weight_decay=args.weight_decay),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
@@ -80,8 +83,7 @@ def main(argv=None):
 
     def write(tmp_dir):
         if not args.no_export:
-            export.save_for_serving(model, tmp_dir, task="image_classification",
-                                    class_names=config["class_names"], model_name=name)
+            export.save_for_serving(model, tmp_dir, model_name=name)
         model.save(tmp_dir / "model.keras")
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)

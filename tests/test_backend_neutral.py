@@ -14,17 +14,20 @@ FORBIDDEN = {"tensorflow", "jax", "jaxlib", "torch"}
 CORE_FILES = sorted(p for d in ("layers", "blocks", "models") for p in (ROOT / d).rglob("*.py"))
 
 
+def imports(path):
+    """(line, module) of every import in `path`, top level or inside functions."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.lineno, node.module
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+
+
 @pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_core_file_imports_no_backend(path):
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module]
-        for name in names:
-            assert name.split(".")[0] not in FORBIDDEN, f"{path}:{node.lineno} imports {name}"
+    for line, name in imports(path):
+        assert name.split(".")[0] not in FORBIDDEN, f"{path}:{line} imports {name}"
 
 
 def test_import_kformer_adds_no_backend_beyond_keras():
@@ -44,14 +47,22 @@ def test_import_kformer_adds_no_backend_beyond_keras():
 def test_public_api():
     assert set(kformer.layers.__all__) >= {
         "MultiHeadAttention", "SinusoidalPositionEncoding", "PositionEmbedding", "RotaryEmbedding",
-        "TokenAndPositionEmbedding", "FeedForward", "TransformerEncoderBlock",
-        "TransformerDecoderBlock", "PatchEmbedding", "MixtureOfExperts",
+        "TokenAndPositionEmbedding", "FeedForward", "PatchEmbedding", "MixtureOfExperts",
     }
-    for name in kformer.layers.__all__:
-        assert getattr(kformer.layers, name) is not None
-    assert kformer.layers.TransformerEncoderBlock is kformer.blocks.TransformerEncoderBlock
-    with pytest.raises(AttributeError):
-        kformer.layers.NoSuchLayer  # noqa: B018
+    assert set(kformer.blocks.__all__) >= {"TransformerEncoderBlock", "TransformerDecoderBlock"}
+    for package in (kformer.layers, kformer.blocks, kformer.models):
+        for name in package.__all__:
+            assert getattr(package, name) is not None
+    assert not hasattr(kformer.layers, "TransformerEncoderBlock")  # one way: kformer.blocks
+
+
+@pytest.mark.parametrize("package, higher", [("layers", ("blocks", "models")), ("blocks", ("models",))])
+def test_imports_go_one_way(package, higher):
+    """Layers -> blocks -> models, one way: no file imports a higher package."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for line, name in imports(path):
+            assert not any(name.startswith((f"kformer.{h}", f"kformer import {h}")) or
+                           name == f"kformer.{h}" for h in higher), f"{path}:{line} imports {name}"
 
 
 def test_registry_errors_name_the_preset():

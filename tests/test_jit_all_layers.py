@@ -7,7 +7,7 @@ costs tens of seconds a model, so on torch this one model covers all layers.
 import keras
 import numpy as np
 
-from kformer import layers
+from kformer import blocks, layers
 from tests.helpers import to_numpy
 
 
@@ -17,10 +17,10 @@ def _model():
     embed = layers.TokenAndPositionEmbedding(50, 8, 16, mask_zero=True, name="embedding")
     x = embed(ids)
     x = x + layers.SinusoidalPositionEncoding()(x)
-    x = layers.TransformerEncoderBlock(2, 32, dropout=0.1, num_experts=2, name="encoder")(x)
+    x = blocks.TransformerEncoderBlock(2, 32, dropout=0.1, num_experts=2, name="encoder")(x)
     patches = layers.PatchEmbedding(4, 16, name="patches")(images)
     patches = layers.PositionEmbedding(5)(patches) + patches
-    y = layers.TransformerDecoderBlock(2, 32, normalize_first=True, name="decoder")(x, patches)
+    y = blocks.TransformerDecoderBlock(2, 32, normalize_first=True, name="decoder")(x, patches)
     y = layers.MultiHeadAttention(2, 8, name="attention")(y, x, use_causal_mask=True)
     y = layers.FeedForward(32, name="ffn")(y)
     y = keras.layers.Reshape((8, 2, 8))(y)

@@ -8,8 +8,9 @@ Files (see data/README.md; the repository bundles small samples laid out the sam
   `y_test` (pixels slightly tone-mapped). The exact MNIST test pixels are in
   `<data_dir>/mnist/t10k-{images-idx3,labels-idx1}-ubyte.gz` (`exact_test=True`).
 
-Images stay uint8 here and become float32 0..255 in `make_dataset`; the ViT
-models rescale by 1/255 themselves (`kformer/models/vit.py`).
+Images stay uint8 here; `ImageClassifierPreprocessor` (`kformer.data.preprocessors`)
+makes float32 0..255 batches of the model's size, and the ViT models rescale
+by 1/255 themselves.
 """
 
 import gzip
@@ -42,15 +43,7 @@ def _check_args(dataset, split, max_examples=None):
     check_max_examples(max_examples)
 
 
-def _tf_options():
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
-    return options
-
-
-def load_split(dataset, split, data_dir=None, max_examples=None, exact_test=False):
+def load_split(split, dataset="mnist", data_dir=None, max_examples=None, exact_test=False):
     """Read one split: returns `(images: uint8 (n, h, w, c), labels: int32 (n,))`.
 
     Rows come in `balanced_order` (seed 0), so `max_examples` keeps the first n
@@ -58,8 +51,8 @@ def load_split(dataset, split, data_dir=None, max_examples=None, exact_test=Fals
     `(n, 28, 28, 1)`.
 
     Args:
-        dataset: str. `"cifar10"` or `"mnist"`.
         split: str. `"train"` or `"test"`.
+        dataset: str. `"mnist"` (the default) or `"cifar10"`.
         data_dir: path. Holds `cifar10/` and `mnist/`. Defaults to the bundled
             samples in the repository's `data/`.
         max_examples: int. Keep only this many rows. Defaults to all.
@@ -67,6 +60,12 @@ def load_split(dataset, split, data_dir=None, max_examples=None, exact_test=Fals
             the t10k IDX files instead of the tone-mapped npz. Defaults to `False`.
 
     Raises a ValueError naming the path when a file is missing or not what is expected.
+
+    Example:
+
+    >>> images, labels = load_split("test", dataset="cifar10", max_examples=4)
+    >>> images.shape, images.dtype.name, labels.tolist()
+    ((4, 32, 32, 3), 'uint8', [0, 1, 2, 3])
     """
     _check_args(dataset, split, max_examples)
     if exact_test and (dataset, split) != ("mnist", "test"):
@@ -122,7 +121,9 @@ def _decode_jpegs(blobs, path):
 
     ds = tf.data.Dataset.from_tensor_slices(tf.constant(blobs, tf.string))
     ds = ds.map(decode, num_parallel_calls=os.cpu_count() or 1, deterministic=True)
-    ds = ds.batch(4096).with_options(_tf_options())
+    from kformer.data.preprocessors import data_options
+
+    ds = ds.batch(4096).with_options(data_options())
     try:
         return np.concatenate([batch.numpy() for batch in ds])
     except tf.errors.OpError as err:
@@ -176,22 +177,24 @@ def _read_idx(path, magic, dims):
                          f"({type(err).__name__}: {err})") from err
 
 
-def load_split_tfds(name, split, max_examples=None):
+def load_split_tfds(split, dataset="mnist", max_examples=None):
     """Like `load_split`, but from `tensorflow_datasets` (downloads when online).
 
     Returns `(images: uint8 (n, h, w, c), labels: int32 (n,))` in `balanced_order`.
     A real download needs the `importlib_resources` package (tfds imports it
     lazily); `tfds.testing.mock_data` works without it.
     """
-    _check_args(name, split, max_examples)
+    _check_args(dataset, split, max_examples)
     import tensorflow_datasets as tfds
 
+    from kformer.data.preprocessors import data_options
+
     try:
-        ds = tfds.load(name, split=split, as_supervised=True).batch(4096)
-        batches = list(tfds.as_numpy(ds.with_options(_tf_options())))
+        ds = tfds.load(dataset, split=split, as_supervised=True).batch(4096)
+        batches = list(tfds.as_numpy(ds.with_options(data_options())))
     except ModuleNotFoundError as err:
         raise ImportError(f"tensorflow_datasets needs the missing package {err.name!r} "
-                          f"to load {name!r}: pip install {err.name}") from err
+                          f"to load {dataset!r}: pip install {err.name}") from err
     images = np.concatenate([x for x, _ in batches]).astype("uint8")
     labels = np.concatenate([y for _, y in batches]).astype("int32")
     order = balanced_order(labels)[:max_examples]
@@ -227,33 +230,3 @@ def augmentation(dataset, seed=None):
     if dataset == "cifar10":
         steps.append(keras.layers.RandomFlip("horizontal", seed=seed, name="flip"))
     return keras.layers.Pipeline(steps, name=f"{dataset}_augmentation")
-
-
-def make_dataset(images, labels, batch_size, shuffle=False, augment=None, seed=0):
-    """A batched, prefetched `tf.data.Dataset` of `(images, labels)`.
-
-    Args:
-        images: uint8 array `(n, h, w, c)`.
-        labels: int array `(n,)`.
-        batch_size: int.
-        shuffle: bool. Reshuffle every epoch (training). Defaults to `False`.
-        augment: callable on float batches, e.g. `augmentation(dataset)`;
-            applied with `training=True`. Defaults to none (evaluation).
-        seed: int. Shuffle seed. Defaults to `0`.
-
-    Returns:
-        Batches of float32 images `(batch, h, w, c)` in 0..255 and int32 labels `(batch,)`.
-    """
-    import tensorflow as tf
-
-    images, labels = np.asarray(images), np.asarray(labels)
-    if images.ndim != 4 or labels.shape != images.shape[:1]:
-        raise ValueError("Expected images (n, h, w, c) and labels (n,). "
-                         f"Received: images.shape={images.shape}, labels.shape={labels.shape}")
-    ds = tf.data.Dataset.from_tensor_slices((images, labels))
-    if shuffle:
-        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size).map(lambda x, y: (tf.cast(x, "float32"), tf.cast(y, "int32")))
-    if augment is not None:
-        ds = ds.map(lambda x, y: (augment(x, training=True), y))
-    return ds.prefetch(2).with_options(_tf_options())

@@ -34,6 +34,12 @@ def load_split(split, data_dir=None, max_examples=None):
 
     Raises a ValueError naming the path when the file is missing or not the
     expected gzip JSON Lines.
+
+    Example:
+
+    >>> texts, labels = load_split("test", max_examples=4)
+    >>> len(texts), sorted(labels.tolist())
+    (4, [0, 0, 1, 1])
     """
     check_one_of("split", split, SPLITS)
     check_max_examples(max_examples)
@@ -96,15 +102,3 @@ def train_validation_split(texts, labels, validation_fraction=0.1, seed=0):
     cut = len(texts) - max(1, int(round(len(texts) * validation_fraction)))
     pick = lambda idx: ([texts[i] for i in idx], labels[idx])  # noqa: E731
     return pick(order[:cut]), pick(order[cut:])
-
-
-def make_dataset(token_ids, labels, batch_size, shuffle=False, seed=0):
-    """A batched, prefetched `tf.data.Dataset` of `(token_ids, labels)`."""
-    import tensorflow as tf
-
-    ds = tf.data.Dataset.from_tensor_slices((token_ids, labels))
-    if shuffle:
-        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
-    options = tf.data.Options()
-    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
-    return ds.batch(batch_size).prefetch(2).with_options(options)

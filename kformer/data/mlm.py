@@ -5,7 +5,7 @@ labels follow BERT's code: 0 = "B is the next segment", 1 = "B is random".
 
     texts, _ = imdb.load_split("unsup")
     tokenizer = WordPieceTokenizer.learn(texts, 8000)
-    arrays = mlm.segment_pairs(texts, tokenizer, segment_length=128)
+    arrays = mlm.segment_pairs(texts, tokenizer, sequence_length=128)
     ds = mlm.make_pretraining_dataset(arrays, 32, **mlm.masking_args(tokenizer), shuffle=True)
     model = kformer.models.mini_bert_pretraining(kformer.models.mini_bert(...))
     model.compile("adamw", loss={
@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from kformer.data import wordpiece
+from kformer.data.preprocessors import bert_inputs, data_options
 
 _SENTENCE_END = re.compile(r"([.!?]+[\"')\]]*)\s+")  # ". " "?! " '." ' ends a sentence
 
@@ -30,11 +31,11 @@ def split_sentences(text):
     return [s for s in _SENTENCE_END.sub("\\1\n", text.strip()).split("\n") if s.strip()]
 
 
-def segment_pairs(texts, tokenizer, segment_length, seed=0):
+def segment_pairs(texts, tokenizer, sequence_length, seed=0):
     """Next-sentence-prediction pairs `[CLS] A [SEP] B [SEP]` from whole reviews.
 
     Walking each review, A is one or more consecutive sentences (more only
-    while it stays within half of the `segment_length - 3` token budget). With
+    while it stays within half of the `sequence_length - 3` token budget). With
     probability 1/2, B is the sentences that follow A (label 0, "is next");
     otherwise B starts at a random sentence of another review (label 1,
     "random") and the true continuation is kept for the next pair. B fills the
@@ -46,25 +47,25 @@ def segment_pairs(texts, tokenizer, segment_length, seed=0):
     Args:
         texts: list of str. Documents (e.g. `imdb.load_split("unsup")[0]`).
         tokenizer: `wordpiece.WordPieceTokenizer`.
-        segment_length: int. Length of each packed pair, specials included.
+        sequence_length: int. Length of each packed pair, specials included.
         seed: int. Seed of the pairing and coin flips. Defaults to `0`.
 
     Returns:
-        Dict of numpy arrays: `token_ids` int32 `(n, segment_length)`, 0-padded;
-        `segment_ids` int32 `(n, segment_length)`, 0 on `[CLS] A [SEP]` and
+        Dict of numpy arrays: `token_ids` int32 `(n, sequence_length)`, 0-padded;
+        `segment_ids` int32 `(n, sequence_length)`, 0 on `[CLS] A [SEP]` and
         padding, 1 on `B [SEP]`; `nsp_labels` int32 `(n,)`.
     """
-    if segment_length < 5:
-        raise ValueError(f"`segment_length` must be >= 5. Received: segment_length={segment_length}")
+    if sequence_length < 5:
+        raise ValueError(f"`sequence_length` must be >= 5. Received: sequence_length={sequence_length}")
     docs = [d for d in _tokenize_sentences(texts, tokenizer) if d]
     if len(docs) < 2:
         raise ValueError(f"Need at least 2 non-empty texts for random pairs. Received: {len(texts)} texts")
-    budget = segment_length - 3
+    budget = sequence_length - 3
     rng = np.random.default_rng(seed)
     pairs = [pair for d in range(len(docs)) for pair in _pairs_of(docs, d, budget, rng)]
     n = len(pairs)
-    token_ids = np.zeros((n, segment_length), "int32")
-    segment_ids = np.zeros((n, segment_length), "int32")
+    token_ids = np.zeros((n, sequence_length), "int32")
+    segment_ids = np.zeros((n, sequence_length), "int32")
     cls, sep = tokenizer.ids[wordpiece.CLS], tokenizer.ids[wordpiece.SEP]
     for row, (a, b, _) in enumerate(pairs):
         a, b = _truncate_pair(a, b, budget)
@@ -139,9 +140,9 @@ def masking_args(tokenizer):
             "mask_id": tokenizer.ids[wordpiece.MASK]}
 
 
-def default_max_masks(segment_length, mask_rate=0.15):
-    """`ceil(mask_rate * segment_length)`: 20 for 128, as in BERT."""
-    return max(1, int(np.ceil(mask_rate * segment_length)))
+def default_max_masks(sequence_length, mask_rate=0.15):
+    """`ceil(mask_rate * sequence_length)`: 20 for 128, as in BERT."""
+    return max(1, int(np.ceil(mask_rate * sequence_length)))
 
 
 def mask_tokens(token_ids, vocabulary_size, num_special, mask_id, rng, mask_rate=0.15, max_masks=None):
@@ -209,7 +210,7 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
         arrays: dict from `segment_pairs`.
         batch_size: int.
         vocabulary_size, num_special, mask_id: as in `mask_tokens`; see `masking_args`.
-        max_masks: int. Defaults to `default_max_masks(segment_length, mask_rate)`.
+        max_masks: int. Defaults to `default_max_masks(sequence_length, mask_rate)`.
         mask_rate: float. Defaults to `0.15`.
         shuffle: bool. Reshuffle the pairs every epoch. Defaults to `False`.
         seed: int. Seed of shuffling and masking. Defaults to `0`.
@@ -242,14 +243,11 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
         ds = ds.map(remask)  # sequential (no num_parallel_calls): one rng, used in order
 
     def to_inputs(ids, segments, nsp, masked, positions, mask_ids, weights):
-        x = {"token_ids": masked, "segment_ids": segments,
-             "padding_mask": tf.not_equal(ids, 0), "mask_positions": positions}
+        x = {**bert_inputs(masked, segments), "mask_positions": positions}
         y = {"mlm_logits": mask_ids, "nsp_logits": nsp}
         return x, y, {"mlm_logits": weights, "nsp_logits": tf.ones_like(nsp, tf.float32)}
 
-    options = tf.data.Options()
-    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
-    return ds.map(to_inputs).prefetch(2).with_options(options)
+    return ds.map(to_inputs).prefetch(2).with_options(data_options())
 
 
 def masked_accuracy(mask_ids, mlm_logits, mask_weights):

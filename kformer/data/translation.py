@@ -15,8 +15,9 @@ Multi30k task 1 (German -> English, research-only license, not bundled):
 `<data_dir>/multi30k/{train,val,test_2016_flickr}.{de,en}.gz`, 29,000 /
 1,014 / 1,000 parallel lines, read from a directory you pass.
 
-    sources, targets = load_pairs("spa-eng", "train")
-    ds = make_dataset(en_tokenizer, es_tokenizer, sources, targets, 64, 40, shuffle=True)
+    sources, targets = load_split("train", dataset="spa-eng")
+    preprocessor = TranslatorPreprocessor(en_tokenizer, es_tokenizer, sequence_length=40)
+    ds = preprocessor.dataset(sources, targets, batch_size=64, shuffle=True)  # length buckets
 """
 
 import pathlib
@@ -33,13 +34,13 @@ MULTI30K_FILES = {"train": "train", "validation": "val", "test": "test_2016_flic
 BUCKET_WIDTH = 8  # batches are padded to multiples of 8 (and to sequence_length)
 
 
-def load_pairs(dataset, split, data_dir=None, max_examples=None):
+def load_split(split, dataset="spa-eng", data_dir=None, max_examples=None):
     """Read one split of a parallel corpus: returns (sources: list[str], targets: list[str]).
 
     Args:
-        dataset: str. `"spa-eng"` (English -> Spanish) or `"multi30k"`
-            (German -> English).
         split: str. `"train"`, `"validation"` or `"test"`.
+        dataset: str. `"spa-eng"` (English -> Spanish, the default) or
+            `"multi30k"` (German -> English).
         data_dir: str or path. Directory holding `spa-eng/` or `multi30k/`.
             Defaults to the bundled sample directory (spa-eng only).
         max_examples: int. Keep only the first `max_examples` pairs of the
@@ -47,6 +48,12 @@ def load_pairs(dataset, split, data_dir=None, max_examples=None):
 
     Raises a ValueError naming the path when a file is missing or not in the
     expected format.
+
+    Example:
+
+    >>> sources, targets = load_split("validation", max_examples=2)
+    >>> len(sources), len(targets)
+    (2, 2)
     """
     check_one_of("dataset", dataset, DATASETS)
     check_one_of("split", split, SPLITS)
@@ -114,18 +121,18 @@ def _read_lines(path):
                            expected="gzip UTF-8 text, one sentence a line")
 
 
-def load_pairs_tfds(name, split, max_examples=None):
+def load_split_tfds(split, dataset, max_examples=None):
     """Read a TFDS translation builder (needs network the first time): (sources, targets).
 
     Source and target follow the builder's `supervised_keys`, e.g.
-    `"ted_hrlr_translate/pt_to_en"` gives Portuguese -> English and
+    `dataset="ted_hrlr_translate/pt_to_en"` gives Portuguese -> English and
     `"wmt14_translate/de-en"` German -> English. `split` is a TFDS split
     string (`"train"`, `"validation"`, `"test[:10%]"`).
     """
     check_max_examples(max_examples)
     import tensorflow_datasets as tfds
 
-    ds = tfds.load(name, split=split, as_supervised=True)
+    ds = tfds.load(dataset, split=split, as_supervised=True)
     if max_examples:
         ds = ds.take(max_examples)
     sources, targets = [], []
@@ -140,60 +147,53 @@ def bucket_lengths(sequence_length):
     return [*range(BUCKET_WIDTH, sequence_length, BUCKET_WIDTH), sequence_length]
 
 
-def make_dataset(tokenizer_source, tokenizer_target, sources, targets, batch_size,
-                 sequence_length, shuffle=False, seed=0):
+def bucketed_dataset(preprocessor, sources, targets, batch_size, shuffle=False, seed=0):
     """Teacher-forcing `tf.data.Dataset` for `model.fit`, batched by length buckets.
 
-    Each element is `({"encoder_token_ids": (batch, n), "decoder_token_ids":
-    (batch, n)}, labels (batch, n))`, int32, 0 = padding, where `n` is one of
-    `bucket_lengths(sequence_length)`. Decoder inputs are `[START] + target`
-    and labels `target + [END]` (the same tokens shifted by one); the source is
-    truncated to `sequence_length` tokens and the target to
-    `sequence_length - 1`. Texts are tokenized once, up front, so the pipeline
-    only batches in-memory ids (no cache needed). A bucket's last batch may be
+    `TranslatorPreprocessor.dataset` calls this. Each element is
+    `({"encoder_token_ids": (batch, n), "decoder_token_ids": (batch, n)},
+    labels (batch, n))`, int32, 0 = padding, where `n` is one of
+    `bucket_lengths(preprocessor.sequence_length)`: the preprocessor's
+    tokenization and teacher forcing, padded to the bucket instead of the full
+    length. Texts are tokenized once, up front. A bucket's last batch may be
     smaller, so at most `2 * len(bucket_lengths(...))` shapes occur, the same
     every epoch.
 
     Args:
-        tokenizer_source, tokenizer_target: `WordPieceTokenizer`s; the target
-            one must hold `[START]` and `[END]`.
+        preprocessor: `kformer.data.preprocessors.TranslatorPreprocessor`.
         sources, targets: lists of str of the same length.
         batch_size: int. Examples per batch.
-        sequence_length: int >= 2. Longest encoder / decoder sequence.
         shuffle: bool. Reshuffle the examples every epoch. Defaults to `False`.
         seed: int. Shuffle seed. Defaults to `0`.
     """
     import tensorflow as tf
 
+    from kformer.data.preprocessors import data_options
+
     if len(sources) != len(targets) or not sources:
         raise ValueError("`sources` and `targets` must be non-empty and of the same length. "
                          f"Received: {len(sources)} sources, {len(targets)} targets")
-    if sequence_length < 2:
-        raise ValueError(f"`sequence_length` must be >= 2. Received: sequence_length={sequence_length}")
-    if batch_size < 1:
-        raise ValueError(f"`batch_size` must be >= 1. Received: batch_size={batch_size}")
-    source_ids = _tokenize(tokenizer_source, sources, sequence_length)
-    target_ids = _tokenize(tokenizer_target, targets, sequence_length - 1)
-    start, end = tokenizer_target.ids["[START]"], tokenizer_target.ids["[END]"]
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an int >= 1. Received: batch_size={batch_size!r}")
+    length = preprocessor.sequence_length
+    source_ids = _tokenize(preprocessor.source_tokenizer, sources, length)
+    target_ids = _tokenize(preprocessor.target_tokenizer, targets, length - 1)
 
     def teacher_forcing(source, target):  # (n_src,), (n_tgt,) -> inputs, labels (n_tgt + 1,)
-        decoder = tf.concat([[start], target], axis=0)
-        labels = tf.concat([target, [end]], axis=0)
-        return {"encoder_token_ids": source, "decoder_token_ids": decoder}, labels
+        decoder, labels = preprocessor.teacher_forcing(tf.RaggedTensor.from_tensor(target[None]))
+        return {"encoder_token_ids": source, "decoder_token_ids": decoder[0]}, labels[0]
 
     ds = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
     if shuffle:
         ds = ds.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
     ds = ds.map(teacher_forcing).bucket_by_sequence_length(
         lambda inputs, labels: tf.maximum(tf.shape(inputs["encoder_token_ids"])[0], tf.shape(labels)[0]),
-        bucket_boundaries=[n + 1 for n in bucket_lengths(sequence_length)],  # bucket i: length < boundary
-        bucket_batch_sizes=[batch_size] * (len(bucket_lengths(sequence_length)) + 1),
+        bucket_boundaries=[n + 1 for n in bucket_lengths(length)],  # bucket i: length < boundary
+        bucket_batch_sizes=[batch_size] * (len(bucket_lengths(length)) + 1),
         pad_to_bucket_boundary=True)  # pads every tensor to boundary - 1 = bucket length
     ds = ds.apply(tf.data.experimental.assert_cardinality(
-        _num_batches(source_ids, target_ids, sequence_length, batch_size)))
-    options = tf.data.Options()
-    options.autotune.enabled = False  # avoids tf.data's shutdown stall after fit (FACTS.md)
-    return ds.prefetch(2).with_options(options)
+        _num_batches(source_ids, target_ids, length, batch_size)))
+    return ds.prefetch(2).with_options(data_options())
 
 
 def _num_batches(source_ids, target_ids, sequence_length, batch_size):

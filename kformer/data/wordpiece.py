@@ -1,20 +1,19 @@
-"""WordPiece subword tokenizer in core TensorFlow string ops.
+"""WordPiece subword tokenizer in core TensorFlow string ops, saved inside `.keras` files.
 
-The same `WordPieceTokenizer` tokenizes the tf.data training pipelines and
-runs inside exported SavedModels. It uses only core TensorFlow ops (no
-tensorflow-text custom ops), so a plain `tensorflow` process and the stock
-TF Serving binary can run the exported graph. Vocabularies are learned with
-keras-hub's `compute_word_piece_vocabulary`.
-
-    tokenizer = WordPieceTokenizer.learn(texts, vocabulary_size=8000)
-    ids = tokenizer(["A fine film."], sequence_length=16)  # int32 [1, 16]
-    tokenizer.save("vocabulary.txt"); WordPieceTokenizer.load("vocabulary.txt")
+The same `WordPieceTokenizer` tokenizes the tf.data training pipelines, runs
+inside the task preprocessors (`kformer.data.preprocessors`) and inside
+exported SavedModels. It uses only core TensorFlow ops (no tensorflow-text
+custom ops), so a plain `tensorflow` process and the stock TF Serving binary
+run the exported graph. It is a Keras layer: a task's `.keras` file stores
+its vocabulary as an asset (`vocabulary.txt`), as keras-hub tokenizers do.
+Vocabularies are learned with tensorflow-text's WordPiece learner.
 """
 
 import collections
 import pathlib
 import weakref
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -23,6 +22,7 @@ SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK, START, END)  # [PAD] = 0
 # ASCII symbols and Unicode punctuation become words of their own (as in BERT).
 PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
 MAX_CHARS_PER_WORD = 100
+VOCABULARY_FILE = "vocabulary.txt"
 _ENCODERS = weakref.WeakKeyDictionary()  # tokenizer -> compiled `encode` functions (not tracked)
 
 
@@ -37,25 +37,57 @@ def normalize(texts):
     return tf.strings.regex_replace(texts, r"\[ mask \]", MASK)
 
 
-class WordPieceTokenizer(tf.Module):
+@keras.saving.register_keras_serializable(package="kformer")
+class WordPieceTokenizer(keras.layers.Layer):
     """Greedy longest-match-first WordPiece (BERT's algorithm) over a fixed vocabulary.
 
     Args:
-        vocabulary: list of tokens; continuation pieces start with `##`. Must
-            hold every token of `SPECIAL_TOKENS`, with `[PAD]` at id 0.
+        vocabulary: list of str, or None to set it later (`.keras` loading
+            restores it from the `vocabulary.txt` asset). Continuation pieces
+            start with `##`. Must hold every token of `SPECIAL_TOKENS`, with
+            `[PAD]` at id 0.
+        **kwargs: Passed to `keras.layers.Layer` (`name`, ...).
+
+    Call arguments:
+        texts: tf.string `[batch]`.
+        sequence_length: int. Output width: ids are truncated and 0-padded.
+        prefix, suffix: optional special tokens (e.g. `"[CLS]"`, `"[END]"`)
+            around each text; the suffix survives truncation.
+
+    Returns:
+        int32 `(batch, sequence_length)`.
+
+    Example:
+
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["a", "fine", "film", "##s", "."])
+    >>> tokenizer.encode(["A fine films."], sequence_length=8).tolist()
+    [[7, 8, 9, 10, 11, 0, 0, 0]]
+    >>> tokenizer.detokenize([[7, 8, 9, 10, 11, 0]]).numpy()[0].decode()
+    'a fine films.'
     """
 
-    def __init__(self, vocabulary, name="wordpiece_tokenizer"):
-        super().__init__(name=name)
+    def __init__(self, vocabulary=None, **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary = None
+        self.built = True  # no weights
+        if vocabulary is not None:
+            self.set_vocabulary(vocabulary)
+
+    def set_vocabulary(self, vocabulary):
+        """Check `vocabulary` (list of str) and build the lookup tables."""
         vocabulary = list(vocabulary)
+        if not all(isinstance(t, str) and t and t == t.strip() for t in vocabulary):
+            bad = next(t for t in vocabulary if not (isinstance(t, str) and t and t == t.strip()))
+            raise ValueError(f"`vocabulary` tokens must be non-empty strings without surrounding "
+                             f"whitespace. Received: token {bad!r}")
         if len(set(vocabulary)) != len(vocabulary):
-            raise ValueError("`vocabulary` has duplicate tokens.")
+            duplicate = next(t for t, n in collections.Counter(vocabulary).items() if n > 1)
+            raise ValueError(f"`vocabulary` has duplicate tokens. Received: {duplicate!r} twice or more")
         missing = [t for t in SPECIAL_TOKENS if t not in vocabulary]
         if missing or vocabulary[0] != PAD:
             raise ValueError(
                 f"`vocabulary` must start with {PAD!r} and contain {list(SPECIAL_TOKENS)}. "
-                f"Missing: {missing}; first token: {vocabulary[0] if vocabulary else None!r}"
-            )
+                f"Missing: {missing}; first token: {vocabulary[0] if vocabulary else None!r}")
         self.vocabulary = vocabulary
         self.ids = {token: i for i, token in enumerate(vocabulary)}
         pieces = [t[2:] if t.startswith("##") else t for t in vocabulary]
@@ -66,10 +98,28 @@ class WordPieceTokenizer(tf.Module):
         self._id_to_token = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.range(len(vocabulary), dtype=tf.int32), tf.constant(vocabulary)), UNK)
+        _ENCODERS.pop(self, None)
 
     @property
     def vocabulary_size(self):
+        self._check_vocabulary()
         return len(self.vocabulary)
+
+    def _check_vocabulary(self):
+        if self.vocabulary is None:
+            raise ValueError("This tokenizer has no vocabulary yet: call `set_vocabulary(...)`, "
+                             "`WordPieceTokenizer.learn(...)` or `WordPieceTokenizer.load(path)`.")
+
+    def token_to_id(self, token):
+        """The id of `token` (str); a ValueError names a token not in the vocabulary."""
+        self._check_vocabulary()
+        if token not in self.ids:
+            raise ValueError(f"`token` is not in the vocabulary. Received: token={token!r}")
+        return self.ids[token]
+
+    def id_to_token(self, token_ids):
+        """int tensor `[...]` -> tf.string tensor `[...]` (`[UNK]` for ids outside the vocabulary)."""
+        return self._id_to_token.lookup(tf.cast(token_ids, tf.int32))
 
     @classmethod
     def learn(cls, texts, vocabulary_size, special_tokens=SPECIAL_TOKENS, max_words=30000):
@@ -83,10 +133,10 @@ class WordPieceTokenizer(tf.Module):
 
         if not texts:
             raise ValueError("`texts` is empty: a vocabulary needs training text.")
-        if vocabulary_size <= len(special_tokens):
+        if not isinstance(vocabulary_size, int) or vocabulary_size <= len(special_tokens):
             raise ValueError(
-                f"`vocabulary_size` must exceed the {len(special_tokens)} special tokens. "
-                f"Received: vocabulary_size={vocabulary_size}")
+                f"`vocabulary_size` must be an int above the {len(special_tokens)} special tokens. "
+                f"Received: vocabulary_size={vocabulary_size!r}")
         counts = collections.Counter()
         for start in range(0, len(texts), 2000):
             words = tf.strings.split(normalize(tf.constant(texts[start:start + 2000])))
@@ -97,17 +147,38 @@ class WordPieceTokenizer(tf.Module):
         return cls(vocabulary[:vocabulary_size])
 
     def save(self, path):
+        """Write the vocabulary to `path`, one token a line (UTF-8)."""
+        self._check_vocabulary()
         pathlib.Path(path).write_text("".join(t + "\n" for t in self.vocabulary), encoding="utf-8")
 
     @classmethod
     def load(cls, path):
+        """A tokenizer from a vocabulary file written by `save`."""
         path = pathlib.Path(path)
         if not path.is_file():
             raise ValueError(f"Vocabulary file not found: {path} (expected one token per line).")
-        return cls(path.read_text(encoding="utf-8").splitlines())
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise ValueError(f"Vocabulary file {path} is not UTF-8 text ({err}).") from err
+        blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+        if blank:
+            raise ValueError(f"Vocabulary file {path} has blank lines (line {blank[0]}); expected "
+                             "one token per line.")
+        return cls(lines)
+
+    def save_assets(self, dir_path):
+        self.save(pathlib.Path(dir_path) / VOCABULARY_FILE)
+
+    def load_assets(self, dir_path):
+        self.set_vocabulary(type(self).load(pathlib.Path(dir_path) / VOCABULARY_FILE).vocabulary)
+
+    def get_config(self):
+        return {**super().get_config(), "vocabulary": None}  # saved as an asset
 
     def tokenize(self, texts):
         """tf.string [batch] -> int32 RaggedTensor [batch, (tokens)]."""
+        self._check_vocabulary()
         texts = tf.convert_to_tensor(texts, tf.string)
         if texts.shape.rank != 1:
             raise ValueError(f"`texts` must be a 1-D batch of strings. Received shape {texts.shape}")
@@ -152,22 +223,21 @@ class WordPieceTokenizer(tf.Module):
         return tf.RaggedTensor.from_tensor(ids, padding=-1)
 
     def __call__(self, texts, sequence_length, prefix=None, suffix=None):
-        """tf.string [batch] -> int32 [batch, sequence_length], 0-padded and truncated.
+        # A string op, not a Keras computation: bypass Layer.__call__ (backend conversion, masks).
+        return self.call(texts, sequence_length, prefix, suffix)
 
-        `prefix` / `suffix` are special tokens (e.g. "[CLS]", "[END]") added
-        around each text; the suffix survives truncation.
-        """
-        tokens = self.tokenize(texts)
+    def call(self, texts, sequence_length, prefix=None, suffix=None):
         budget = sequence_length - (prefix is not None) - (suffix is not None)
         if budget < 1:
-            raise ValueError(f"`sequence_length` too short for the special tokens: {sequence_length}")
-        tokens = tokens[:, :budget]
+            raise ValueError("`sequence_length` is too short for the special tokens. Received: "
+                             f"sequence_length={sequence_length}, prefix={prefix!r}, suffix={suffix!r}")
+        tokens = self.tokenize(texts)[:, :budget]
         batch = tokens.nrows()
         parts = [tokens]
         if prefix is not None:
-            parts.insert(0, tf.fill([batch, 1], self.ids[prefix]))
+            parts.insert(0, tf.fill([batch, 1], self.token_to_id(prefix)))
         if suffix is not None:
-            parts.append(tf.fill([batch, 1], self.ids[suffix]))
+            parts.append(tf.fill([batch, 1], self.token_to_id(suffix)))
         tokens = tf.concat(parts, axis=1) if len(parts) > 1 else tokens
         return tokens.to_tensor(0, shape=[None, sequence_length])
 
@@ -179,14 +249,15 @@ class WordPieceTokenizer(tf.Module):
             compiled[key] = tf.function(lambda t: self(t, sequence_length, prefix, suffix),
                                         input_signature=[tf.TensorSpec([None], tf.string)])
         fn = compiled[key]
-        chunks = [fn(tf.constant(list(texts[i:i + chunk_size]), tf.string)).numpy()
+        texts = list(texts)
+        chunks = [fn(tf.constant(texts[i:i + chunk_size], tf.string)).numpy()
                   for i in range(0, len(texts), chunk_size)]
         return np.concatenate(chunks) if chunks else np.zeros((0, sequence_length), np.int32)
 
     def detokenize(self, token_ids):
         """int [batch, length] -> tf.string [batch]: joins pieces, drops special tokens."""
         token_ids = tf.cast(token_ids, tf.int32)
-        tokens = self._id_to_token.lookup(token_ids)
+        tokens = self.id_to_token(token_ids)
         keep = token_ids >= len(SPECIAL_TOKENS)
         tokens = tf.where(keep, tokens, "")
         text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")

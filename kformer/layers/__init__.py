@@ -1,7 +1,6 @@
 """kformer layers: only `keras` and `keras.ops` inside, so every backend runs them.
 
-The blocks live in `kformer.blocks`; they are re-exported here so that the
-whole layer library reads as one namespace (`kformer.layers.TransformerEncoderBlock`).
+The blocks built from them (residual + norm + feed-forward) are in `kformer.blocks`.
 """
 
 from kformer.layers import masks
@@ -18,17 +17,6 @@ from kformer.layers.position import (
 )
 from kformer.layers.relative_attention import RelativeMultiHeadAttention
 
-_BLOCKS = ("TransformerDecoderBlock", "TransformerEncoderBlock")
-
-
-def __getattr__(name):
-    # The blocks are re-exported lazily: `kformer.blocks` imports this package.
-    if name in _BLOCKS:
-        from kformer import blocks
-
-        return getattr(blocks, name)
-    raise AttributeError(f"module 'kformer.layers' has no attribute {name!r}")
-
 __all__ = [
     "ClassTokenPooling",
     "ConformerConvolution",
@@ -43,7 +31,5 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
-    "TransformerDecoderBlock",
-    "TransformerEncoderBlock",
     "masks",
 ]

@@ -1,26 +1,48 @@
-"""Model builders and their preset registry.
+"""Task models, their builders and preset registry, decoding and loading.
 
-`kformer.models.translator(preset="transformer_tiny", ...)`, or
-`kformer.models.build("transformer_tiny", ...)`; `list_models()` names every preset.
+`kformer.models.translator(preset="transformer_tiny", ...)` or
+`kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
+`TextClassifier`, `BertBackbone` and its `BertPretrainer` /
+`BertTextClassifier`, `ViTImageClassifier`); `list_models()` names every
+preset; `load(path)` reads a recipe's output back.
 """
 
-from kformer.models.bert import mini_bert, mini_bert_classifier, mini_bert_pretraining
-from kformer.models.classifier import imdb_classifier
+from kformer.models.bert import (
+    BertBackbone,
+    BertPretrainer,
+    BertTextClassifier,
+    mini_bert,
+    mini_bert_classifier,
+    mini_bert_pretraining,
+)
+from kformer.models.classifier import TextClassifier, imdb_classifier
 from kformer.models.generate import generate
+from kformer.models.load import load
 from kformer.models.registry import build, builder, get_preset, list_models, register
+from kformer.models.task import Backbone, ClassifierTask, Task
 from kformer.models.training import LabelSmoothedCrossEntropy, TransformerSchedule
-from kformer.models.translator import translator
-from kformer.models.vit import vit
+from kformer.models.translator import Translator, translator
+from kformer.models.vit import ViTImageClassifier, vit
 
 __all__ = [
+    "Backbone",
+    "BertBackbone",
+    "BertPretrainer",
+    "BertTextClassifier",
+    "ClassifierTask",
     "LabelSmoothedCrossEntropy",
+    "Task",
+    "TextClassifier",
     "TransformerSchedule",
+    "Translator",
+    "ViTImageClassifier",
     "build",
     "builder",
     "generate",
     "get_preset",
     "imdb_classifier",
     "list_models",
+    "load",
     "mini_bert",
     "mini_bert_classifier",
     "mini_bert_pretraining",

@@ -1,96 +1,209 @@
-"""mini-BERT: backbone, masked-LM + next-sentence pretraining model, classifier.
+"""mini-BERT (Devlin et al. 2019): backbone, masked-LM + next-sentence pretrainer, classifier.
 
-Devlin et al. 2019: token + position + segment embeddings, LayerNorm,
-post-norm GELU encoder blocks, a tanh pooler on [CLS].
+Token + position + segment embeddings, LayerNorm, post-norm GELU encoder
+blocks, a tanh pooler on [CLS]. The pretrainer and the classifier call the
+same backbone, so pretrained weights carry over to fine-tuning.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
+from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.registry import builder, register
+from kformer.models.task import (Backbone, ClassifierTask, Task, check_class_names, check_length_fits,
+                                 check_preprocessor, check_tokenizer_fits)
 
-BERT_BASE = dict(vocabulary_size=30522, max_sequence_length=512, num_segments=2)
-
-
-@register("bert_base", **BERT_BASE, num_layers=12, hidden_dim=768, num_heads=12, intermediate_dim=3072)
-@register("bert_small", num_layers=4, hidden_dim=512, num_heads=8, intermediate_dim=2048)
-@register("bert_mini", num_layers=4, hidden_dim=256, num_heads=4, intermediate_dim=1024)
-@register("bert_tiny", num_layers=2, hidden_dim=128, num_heads=2, intermediate_dim=512)
-@builder
-def mini_bert(
-    *,
-    vocabulary_size=30522,
-    max_sequence_length=512,
-    num_segments=2,
-    num_layers=2,
-    hidden_dim=128,
-    num_heads=2,
-    intermediate_dim=512,
-    dropout=0.1,
-    name="mini_bert",
-):
-    """Backbone: `token_ids`, `segment_ids`, `padding_mask` `(batch, seq)` ->
-    `{"sequence_output": (batch, seq, hidden_dim), "pooled_output": (batch, hidden_dim)}`."""
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
-    padding_mask = keras.Input((None,), dtype="bool", name="padding_mask")
-    init = keras.initializers.TruncatedNormal(stddev=0.02)
-    x = layers.TokenAndPositionEmbedding(vocabulary_size, max_sequence_length, hidden_dim,
-                                         embeddings_initializer=init, name="embedding")(token_ids)
-    segments = keras.layers.Embedding(num_segments, hidden_dim, embeddings_initializer=init,
-                                      name="segment_embedding")(segment_ids)
-    x = keras.layers.Add(name="embeddings_add")([x, segments])
-    x = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_norm")(x)
-    x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
-    for i in range(num_layers):
-        x = blocks.TransformerEncoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, activation="gelu",
-            layer_norm_epsilon=1e-12, kernel_initializer=init, name=f"encoder_{i}",
-        )(x, padding_mask=padding_mask)
-    cls = layers.ClassTokenPooling(name="cls")(x)
-    pooled = keras.layers.Dense(hidden_dim, activation="tanh", kernel_initializer=init,
-                                name="pooler")(cls)
-    return keras.Model(
-        {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
-        {"sequence_output": x, "pooled_output": pooled},
-        name=name,
-    )
+BERT_BASE = dict(vocabulary_size=30522, sequence_length=512, num_segments=2)
 
 
-def mini_bert_pretraining(backbone, name="mini_bert_pretraining"):
-    """Masked-LM + next-sentence model over `backbone`.
+@keras.saving.register_keras_serializable(package="kformer")
+class BertBackbone(Backbone):
+    """`token_ids`, `segment_ids`, `padding_mask` `(batch, seq)` ->
+    `{"sequence_output": (batch, seq, hidden_dim), "pooled_output": (batch, hidden_dim)}`.
+
+    Args:
+        vocabulary_size: int. Defaults to `30522` (BERT's).
+        sequence_length: int. Longest input (learned positions). Defaults to `512`.
+        num_segments: int. Segment ids (A/B sentences). Defaults to `2`.
+        num_layers, hidden_dim, num_heads, intermediate_dim: ints.
+        dropout: float. Defaults to `0.1`.
+
+    Attributes: `token_embedding`, `segment_embedding`, `embeddings_norm`,
+    `encoder_blocks`, `pooler`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> backbone = BertBackbone(vocabulary_size=50, sequence_length=8, hidden_dim=16, num_heads=2,
+    ...                         intermediate_dim=32, num_layers=1)
+    >>> ids = np.ones((2, 8), "int32")
+    >>> out = backbone({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0})
+    >>> out["sequence_output"].shape, out["pooled_output"].shape
+    ((2, 8, 16), (2, 16))
+    """
+
+    def __init__(self, vocabulary_size=30522, sequence_length=512, num_segments=2, num_layers=2,
+                 hidden_dim=128, num_heads=2, intermediate_dim=512, dropout=0.1, **kwargs):
+        check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
+                            num_segments=num_segments, num_layers=num_layers, hidden_dim=hidden_dim,
+                            num_heads=num_heads, intermediate_dim=intermediate_dim)
+        check_rates(dropout=dropout)
+        init = keras.initializers.TruncatedNormal(stddev=0.02)
+        token_embedding = layers.TokenAndPositionEmbedding(
+            vocabulary_size, sequence_length, hidden_dim, embeddings_initializer=init, name="embedding")
+        segment_embedding = keras.layers.Embedding(num_segments, hidden_dim, embeddings_initializer=init,
+                                                   name="segment_embedding")
+        embeddings_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_norm")
+        encoder_blocks = [blocks.TransformerEncoderBlock(
+            num_heads, intermediate_dim, dropout=dropout, activation="gelu", layer_norm_epsilon=1e-12,
+            kernel_initializer=init, name=f"encoder_{i}") for i in range(num_layers)]
+        pooler = keras.layers.Dense(hidden_dim, activation="tanh", kernel_initializer=init, name="pooler")
+
+        inputs = {"token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
+                  "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids"),
+                  "padding_mask": keras.Input((None,), dtype="bool", name="padding_mask")}
+        x = keras.layers.Add(name="embeddings_add")(
+            [token_embedding(inputs["token_ids"]), segment_embedding(inputs["segment_ids"])])
+        x = keras.layers.Dropout(dropout, name="embeddings_dropout")(embeddings_norm(x))
+        for block in encoder_blocks:
+            x = block(x, padding_mask=inputs["padding_mask"])
+        pooled = pooler(layers.ClassTokenPooling(name="cls")(x))
+        super().__init__(inputs=inputs, outputs={"sequence_output": x, "pooled_output": pooled}, **kwargs)
+        self.token_embedding, self.segment_embedding = token_embedding, segment_embedding
+        self.embeddings_norm, self.encoder_blocks, self.pooler = embeddings_norm, encoder_blocks, pooler
+        self.vocabulary_size, self.sequence_length, self.num_segments = vocabulary_size, sequence_length, num_segments
+        self.num_layers, self.hidden_dim, self.num_heads = num_layers, hidden_dim, num_heads
+        self.intermediate_dim, self.dropout = intermediate_dim, dropout
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class BertPretrainer(Task):
+    """Masked-LM + next-sentence pretraining over a `BertBackbone`.
 
     Inputs: the backbone's, plus `mask_positions` int `(batch, num_masked)`.
     Outputs: `mlm_logits` `(batch, num_masked, vocab)` (decoder tied to the
-    token embedding, plus a bias) and `nsp_logits` `(batch, 2)`.
+    token embedding, plus a bias) and `nsp_logits` `(batch, 2)` (0 = B follows
+    A, 1 = B is random). With a `BertPreprocessor(mask_positions=True)`,
+    `fill_mask(texts)` predicts the `[MASK]` tokens of raw strings.
+
+    Args:
+        backbone: `BertBackbone`.
+        preprocessor: `BertPreprocessor` or None.
+
+    Example:
+
+    >>> backbone = BertBackbone(vocabulary_size=50, sequence_length=8, hidden_dim=16, num_heads=2,
+    ...                         intermediate_dim=32, num_layers=1)
+    >>> sorted(BertPretrainer(backbone).output)
+    ['mlm_logits', 'nsp_logits']
     """
-    # Built on the backbone's own graph (not nested), so the token embedding is
-    # one shared layer of a flat model and `.keras` files save it once.
-    inputs = dict(backbone.input)
-    inputs["mask_positions"] = keras.Input((None,), dtype="int32", name="mask_positions")
-    outputs = backbone.output
-    embedding = backbone.get_layer("embedding")
-    hidden_dim = embedding.hidden_dim
-    gathered = MaskedPositionGather(name="gather_masked")(outputs["sequence_output"],
-                                                          inputs["mask_positions"])
-    h = keras.layers.Dense(hidden_dim, activation="gelu", name="mlm_transform")(gathered)
-    h = keras.layers.LayerNormalization(epsilon=1e-12, name="mlm_norm")(h)
-    mlm = embedding(h, reverse=True)
-    mlm = keras.layers.Activation("linear", dtype="float32", name="mlm_logits")(
-        OutputBias(name="mlm_bias")(mlm))
-    nsp = keras.layers.Dense(2, dtype="float32", name="nsp_logits")(outputs["pooled_output"])
-    return keras.Model(inputs, {"mlm_logits": mlm, "nsp_logits": nsp}, name=name)
+
+    task_type = "fill_mask"
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        if not isinstance(backbone, BertBackbone):
+            raise ValueError(f"`backbone` must be a BertBackbone. Received: {type(backbone).__name__}")
+        hidden_dim = backbone.hidden_dim
+        init = keras.initializers.TruncatedNormal(stddev=0.02)
+        mlm_transform = keras.layers.Dense(hidden_dim, activation="gelu", kernel_initializer=init,
+                                           name="mlm_transform")
+        mlm_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="mlm_norm")
+        mlm_bias = OutputBias(name="mlm_bias")
+        nsp_head = keras.layers.Dense(2, dtype="float32", name="nsp_logits")
+
+        inputs = {name: keras.Input((None,), dtype=tensor.dtype, name=name)
+                  for name, tensor in backbone.input.items()}
+        inputs["mask_positions"] = keras.Input((None,), dtype="int32", name="mask_positions")
+        outputs = backbone({k: inputs[k] for k in backbone.input})
+        h = MaskedPositionGather(name="gather_masked")(outputs["sequence_output"], inputs["mask_positions"])
+        h = mlm_norm(mlm_transform(h))
+        mlm = mlm_bias(backbone.token_embedding(h, reverse=True))  # tied decoder
+        mlm = keras.layers.Activation("linear", dtype="float32", name="mlm_logits")(mlm)
+        super().__init__(inputs=inputs, outputs={"mlm_logits": mlm, "nsp_logits": nsp_head(outputs["pooled_output"])},
+                         **kwargs)
+        self.backbone = backbone
+        self.mlm_transform, self.mlm_norm, self.mlm_bias, self.nsp_head = mlm_transform, mlm_norm, mlm_bias, nsp_head
+        self.preprocessor = check_preprocessor(preprocessor)
+
+    def validate_preprocessor(self, preprocessor=None):
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        if preprocessor is not None:
+            check_tokenizer_fits(preprocessor, "tokenizer", self.backbone.vocabulary_size)
+            check_length_fits(preprocessor, self.backbone.sequence_length)
+
+    def fill_mask(self, texts, top_k=5, batch_size=64):
+        """Most likely tokens for every `[MASK]` of each text.
+
+        Returns, per text (or for one str), a list with one entry per
+        `[MASK]`: the `top_k` candidates `[{"token": str, "score": float}, ...]`,
+        best first. A text without `[MASK]` gets `[]`.
+        """
+        preprocessor = self._require_preprocessor("fill_mask")
+        tokenizer = preprocessor.tokenizer
+        if not isinstance(top_k, int) or not 1 <= top_k <= tokenizer.vocabulary_size:
+            raise ValueError(f"`top_k` must be an int in [1, {tokenizer.vocabulary_size}]. Received: top_k={top_k!r}")
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        answers = []
+        for start in range(0, len(texts), batch_size):
+            inputs = preprocessor.encode(texts[start:start + batch_size])
+            if "mask_positions" not in inputs:
+                inputs["mask_positions"] = np.asarray(preprocessor.find_masks(inputs["token_ids"]))
+            probs = ops.convert_to_numpy(ops.softmax(self.predict_on_batch(inputs)["mlm_logits"]))
+            is_mask = np.take_along_axis(inputs["token_ids"], inputs["mask_positions"], 1) == \
+                tokenizer.token_to_id("[MASK]")
+            for row in range(len(probs)):
+                answers.append([[{"token": tokenizer.vocabulary[i], "score": float(probs[row, m, i])}
+                                 for i in np.argsort(-probs[row, m])[:top_k]]
+                                for m in np.flatnonzero(is_mask[row])])
+        return answers[0] if single else answers
 
 
-def mini_bert_classifier(backbone, num_classes, dropout=0.1, name="mini_bert_classifier"):
-    """Fine-tuning head: backbone inputs -> `logits` `(batch, num_classes)` from `pooled_output`."""
-    if not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"`num_classes` must be an int >= 2. Received: num_classes={num_classes}")
-    pooled = backbone.output["pooled_output"]  # the backbone's graph, shared weights
-    x = keras.layers.Dropout(dropout, name="head_dropout")(pooled)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(dict(backbone.input), logits, name=name)
+@keras.saving.register_keras_serializable(package="kformer")
+class BertTextClassifier(ClassifierTask):
+    """Fine-tuning head: backbone inputs -> `logits` `(batch, num_classes)` from `pooled_output`.
+
+    Args:
+        backbone: `BertBackbone` (shared, e.g. after pretraining).
+        num_classes: int >= 2.
+        dropout: float. Before the head. Defaults to `0.1`.
+        class_names: optional list of `num_classes` str.
+        preprocessor: `BertPreprocessor` or None.
+
+    Example:
+
+    >>> backbone = BertBackbone(vocabulary_size=50, sequence_length=8, hidden_dim=16, num_heads=2,
+    ...                         intermediate_dim=32, num_layers=1)
+    >>> BertTextClassifier(backbone, num_classes=3).output.shape
+    (None, 3)
+    """
+
+    task_type = "text_classification"
+
+    def __init__(self, backbone, num_classes=2, dropout=0.1, class_names=None, preprocessor=None, **kwargs):
+        if not isinstance(backbone, BertBackbone):
+            raise ValueError(f"`backbone` must be a BertBackbone. Received: {type(backbone).__name__}")
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"`num_classes` must be an int >= 2. Received: num_classes={num_classes!r}")
+        check_rates(dropout=dropout)
+        class_names = check_class_names(class_names, num_classes)
+        head = keras.layers.Dense(num_classes, dtype="float32", name="logits")
+        inputs = {name: keras.Input((None,), dtype=tensor.dtype, name=name)
+                  for name, tensor in backbone.input.items()}
+        pooled = backbone(inputs)["pooled_output"]
+        logits = head(keras.layers.Dropout(dropout, name="head_dropout")(pooled))
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self.backbone, self.head = backbone, head
+        self.num_classes, self.dropout, self.class_names = num_classes, dropout, class_names
+        self.preprocessor = check_preprocessor(preprocessor)
+
+    def validate_preprocessor(self, preprocessor=None):
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        if preprocessor is not None:
+            check_tokenizer_fits(preprocessor, "tokenizer", self.backbone.vocabulary_size)
+            check_length_fits(preprocessor, self.backbone.sequence_length)
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -113,3 +226,41 @@ class OutputBias(keras.layers.Layer):
 
     def call(self, inputs):
         return inputs + ops.cast(self.bias, inputs.dtype)
+
+
+@register("bert_base", **BERT_BASE, num_layers=12, hidden_dim=768, num_heads=12, intermediate_dim=3072)
+@register("bert_small", num_layers=4, hidden_dim=512, num_heads=8, intermediate_dim=2048)
+@register("bert_mini", num_layers=4, hidden_dim=256, num_heads=4, intermediate_dim=1024)
+@register("bert_tiny", num_layers=2, hidden_dim=128, num_heads=2, intermediate_dim=512)
+@builder(aliases={"max_sequence_length": "sequence_length"})
+def mini_bert(**kwargs):
+    """Build a `BertBackbone`: `mini_bert(preset="bert_tiny", vocabulary_size=8000, sequence_length=128)`.
+
+    Example:
+
+    >>> mini_bert(preset="bert_tiny", vocabulary_size=100, sequence_length=16).hidden_dim
+    128
+    """
+    return BertBackbone(**kwargs)
+
+
+def mini_bert_pretraining(backbone, preprocessor=None, **kwargs):
+    """`BertPretrainer(backbone, preprocessor=preprocessor)`: masked-LM + next-sentence heads.
+
+    Example:
+
+    >>> mini_bert_pretraining(mini_bert(preset="bert_tiny", vocabulary_size=100)).output["mlm_logits"].shape
+    (None, None, 100)
+    """
+    return BertPretrainer(backbone, preprocessor=preprocessor, **kwargs)
+
+
+def mini_bert_classifier(backbone, num_classes, dropout=0.1, **kwargs):
+    """`BertTextClassifier(backbone, num_classes, dropout)`: a fine-tuning head on `pooled_output`.
+
+    Example:
+
+    >>> mini_bert_classifier(mini_bert(preset="bert_tiny", vocabulary_size=100), 2).output.shape
+    (None, 2)
+    """
+    return BertTextClassifier(backbone, num_classes=num_classes, dropout=dropout, **kwargs)

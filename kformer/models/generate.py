@@ -1,4 +1,4 @@
-"""Batched decoding for kformer translators: greedy, beam search, top-k and top-p sampling.
+"""Batched decoding for kformer `Translator`s: greedy, beam search, top-k and top-p sampling.
 
 The encoder runs once; its cross-attention keys/values are computed once per
 decoder block; each step feeds one token through the decoder blocks with
@@ -15,32 +15,17 @@ STRATEGIES = ("greedy", "beam", "top_k", "top_p")
 NEG_INF = -1e9
 
 
-def _numbered_layers(model, prefix):
-    """Layers named `<prefix>0`, `<prefix>1`, ... in index order."""
-    indices = sorted(int(l.name[len(prefix):]) for l in model.layers
-                     if l.name.startswith(prefix) and l.name[len(prefix):].isdigit())
-    return [model.get_layer(f"{prefix}{i}") for i in indices]
-
-
 class TranslatorParts:
-    """The named layers of a `kformer.models.translator` model, callable step by step."""
+    """A `Translator`'s parts (its attributes), callable one decoding step at a time."""
 
     def __init__(self, model):
-        names = {layer.name for layer in model.layers}
-        shared = "shared_embedding" in names
-        try:
-            self.encoder_embedding = model.get_layer("shared_embedding" if shared else "encoder_embedding")
-            self.decoder_embedding = model.get_layer("shared_embedding" if shared else "decoder_embedding")
-        except ValueError as err:
-            raise ValueError(
-                "`model` must be built by `kformer.models.translator` (layers `shared_embedding` "
-                f"or `encoder_embedding`/`decoder_embedding`). Received: model.name={model.name!r}"
-            ) from err
-        self.encoder_blocks = _numbered_layers(model, "encoder_")
-        self.decoder_blocks = _numbered_layers(model, "decoder_")
-        self.encoder_norm = model.get_layer("encoder_final_norm") if "encoder_final_norm" in names else None
-        self.decoder_norm = model.get_layer("decoder_final_norm") if "decoder_final_norm" in names else None
-        self.output_projection = model.get_layer("output_projection") if "output_projection" in names else None
+        if not all(hasattr(model, a) for a in ("encoder_embedding", "decoder_blocks", "encoder_blocks")):
+            raise ValueError("`model` must be a kformer `Translator` (built by `kformer.models.translator` "
+                             f"or loaded with `kformer.models.load`). Received: {type(model).__name__}")
+        self.encoder_embedding, self.decoder_embedding = model.encoder_embedding, model.decoder_embedding
+        self.encoder_blocks, self.decoder_blocks = model.encoder_blocks, model.decoder_blocks
+        self.encoder_norm, self.decoder_norm = model.encoder_norm, model.decoder_norm
+        self.output_projection = model.output_projection
         self.vocabulary_size = self.decoder_embedding.vocabulary_size
         self.source_vocabulary_size = self.encoder_embedding.vocabulary_size
         attention = self.decoder_blocks[0].self_attention

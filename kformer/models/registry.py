@@ -1,33 +1,71 @@
 """Named model presets: `build(name, **overrides)`, `list_models()`, `preset=`.
 
-A builder is a function returning a functional `keras.Model`; `@builder`
-gives it a `preset="..."` argument, and `@register(name, **kwargs)` adds a
-named preset of it. `get_preset(name)` is the resolved keyword arguments a
-recipe saves beside the model.
+A builder is a function returning a task model; `@builder` gives it a
+`preset="..."` argument and `@register(name, **kwargs)` adds a named preset
+of it. Overrides replace the preset's values, also when spelled differently:
+`expand` lets separate arguments replace a preset's shared one (a preset's
+`vocabulary_size` yields to `encoder_vocabulary_size`), and `aliases` accepts
+renamed arguments (with a DeprecationWarning). `get_preset(name)` is the
+resolved keyword arguments a recipe saves beside the model.
 """
 
 import functools
+import warnings
 
 _REGISTRY = {}
 
 
-def builder(fn):
-    """Decorator: `fn(preset=None, **kwargs)` fills unset kwargs from the preset."""
+def builder(fn=None, *, expand=None, aliases=None):
+    """Decorator: `fn(preset=None, **kwargs)` fills unset kwargs from the preset.
 
-    @functools.wraps(fn)
-    def build_with_preset(preset=None, **kwargs):
-        if preset is not None:
-            preset_fn, preset_kwargs = _lookup(preset)
-            if preset_fn is not build_with_preset:
-                raise ValueError(
-                    f"Preset {preset!r} belongs to `{preset_fn.__name__}`, not `{fn.__name__}`. "
-                    f"Received: preset={preset!r}; presets of `{fn.__name__}`: "
-                    f"{', '.join(presets_of(build_with_preset))}"
-                )
-            kwargs = {**preset_kwargs, "name": preset, **kwargs}
-        return fn(**kwargs)
+    Args:
+        expand: dict `shared_name -> (separate names)`: when a caller passes a
+            separate name, the preset's shared value fills the other separate
+            names instead of conflicting with them.
+        aliases: dict `old_name -> new_name` of renamed arguments.
+    """
+    expand, aliases = dict(expand or {}), dict(aliases or {})
 
-    return build_with_preset
+    def wrap(fn):
+        @functools.wraps(fn)
+        def build_with_preset(preset=None, **kwargs):
+            kwargs = _rename(fn.__name__, kwargs, aliases)
+            if preset is not None:
+                preset_fn, preset_kwargs = _lookup(preset)
+                if preset_fn is not build_with_preset:
+                    raise ValueError(
+                        f"Preset {preset!r} belongs to `{preset_fn.__name__}`, not `{fn.__name__}`. "
+                        f"Received: preset={preset!r}; presets of `{fn.__name__}`: "
+                        f"{', '.join(presets_of(build_with_preset))}")
+                kwargs = {**_expand(preset_kwargs, kwargs, expand), "name": preset, **kwargs}
+            return fn(**kwargs)
+
+        build_with_preset.aliases = aliases
+        return build_with_preset
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _rename(builder_name, kwargs, aliases):
+    for old, new in aliases.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise ValueError(f"`{old}` is the old name of `{new}`: pass only `{new}`. Received: "
+                                 f"{old}={kwargs[old]!r}, {new}={kwargs[new]!r}")
+            warnings.warn(f"`{builder_name}({old}=...)` is renamed `{new}`.", DeprecationWarning, stacklevel=3)
+            kwargs = {**kwargs, new: kwargs[old]}
+            del kwargs[old]
+    return kwargs
+
+
+def _expand(preset_kwargs, kwargs, expand):
+    preset_kwargs = dict(preset_kwargs)
+    for shared, separate in expand.items():
+        if shared in preset_kwargs and shared not in kwargs and any(s in kwargs for s in separate):
+            value = preset_kwargs.pop(shared)
+            for name in separate:
+                preset_kwargs.setdefault(name, value)
+    return preset_kwargs
 
 
 def register(name, **preset):
@@ -43,23 +81,42 @@ def register(name, **preset):
 
 
 def list_models():
-    """Sorted names of every registered preset."""
+    """Sorted names of every registered preset.
+
+    Example:
+
+    >>> "transformer_tiny" in list_models()
+    True
+    """
     return sorted(_REGISTRY)
 
 
 def presets_of(fn):
-    """Names of the presets registered for builder `fn`."""
-    return sorted(name for name, (f, _) in _REGISTRY.items() if f is fn)
+    """Names of the presets registered for builder `fn` (a function or its name)."""
+    return sorted(name for name, (f, _) in _REGISTRY.items() if fn in (f, f.__name__))
 
 
 def get_preset(name):
-    """The keyword arguments of preset `name` (a copy), with its builder's name."""
+    """The keyword arguments of preset `name` (a copy), with its builder's name.
+
+    Example:
+
+    >>> get_preset("transformer_base")["hidden_dim"]
+    512
+    """
     fn, preset = _lookup(name)
     return {"builder": fn.__name__, **preset}
 
 
 def build(name, **overrides):
-    """Build preset `name`, with `overrides` replacing its keyword arguments."""
+    """Build preset `name`, with `overrides` replacing its keyword arguments.
+
+    Example:
+
+    >>> model = build("imdb_tiny", vocabulary_size=100, sequence_length=16)
+    >>> type(model).__name__, model.name
+    ('TextClassifier', 'imdb_tiny')
+    """
     fn, _ = _lookup(name)
     return fn(preset=name, **overrides)
 

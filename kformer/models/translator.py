@@ -3,9 +3,166 @@
 import keras
 
 from kformer import blocks, layers
+from kformer.layers.checks import check_positive_ints, check_rates
+from kformer.models.generate import generate as generate_ids
 from kformer.models.registry import builder, register
+from kformer.models.task import Task, check_length_fits, check_preprocessor, check_tokenizer_fits
 
 PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
+POSITIONS = ("sinusoidal", "learned")
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class Translator(Task):
+    """Source ids `(batch, src_len)` + target ids `(batch, tgt_len)` -> logits `(batch, tgt_len, vocab)`.
+
+    Id 0 is padding on both sides (masks are derived from it). A shared
+    `vocabulary_size` makes one embedding table serve encoder, decoder and
+    output projection (paper 3.4); separate `encoder_vocabulary_size` /
+    `decoder_vocabulary_size` give two tables, the decoder's tied to the
+    output when `tie_output_embedding`. Embeddings are scaled by
+    sqrt(hidden_dim); dropout follows the embeddings and every sublayer
+    (paper 5.4). With a `TranslatorPreprocessor`, `translate(texts)` maps
+    strings to strings.
+
+    Args:
+        vocabulary_size: int. Shared source/target vocabulary, or None.
+        encoder_vocabulary_size, decoder_vocabulary_size: int. Separate
+            vocabularies (each defaults to `vocabulary_size`).
+        sequence_length: int. Longest sequence (learned positions; also the
+            decoding bound). Defaults to `256`.
+        hidden_dim, num_heads, intermediate_dim: ints. Model width, heads, MLP width.
+        num_encoder_layers, num_decoder_layers: ints. Blocks per stack.
+        dropout: float. Defaults to `0.1`.
+        position: `"sinusoidal"` (paper) or `"learned"`.
+        tie_output_embedding: bool. Output projection = transposed decoder embedding.
+        normalize_first: bool. Pre-norm blocks and final norms. Defaults to `False`.
+        preprocessor: `kformer.data.preprocessors.TranslatorPreprocessor` or None.
+
+    Attributes: `encoder_embedding`, `decoder_embedding` (the same layer when
+    shared), `encoder_blocks`, `decoder_blocks`, `encoder_norm` and
+    `decoder_norm` (None unless pre-norm), `output_projection` (None when tied).
+
+    Example:
+
+    >>> model = Translator(vocabulary_size=50, hidden_dim=16, num_heads=2, intermediate_dim=32,
+    ...                    num_encoder_layers=1, num_decoder_layers=1)
+    >>> import numpy as np
+    >>> ids = np.ones((2, 5), "int32")
+    >>> model({"encoder_token_ids": ids, "decoder_token_ids": ids}).shape
+    (2, 5, 50)
+    """
+
+    task_type = "translation"
+
+    def __init__(self, vocabulary_size=None, encoder_vocabulary_size=None, decoder_vocabulary_size=None,
+                 sequence_length=256, hidden_dim=512, num_heads=8, intermediate_dim=2048,
+                 num_encoder_layers=6, num_decoder_layers=6, dropout=0.1, position="sinusoidal",
+                 tie_output_embedding=True, normalize_first=False, preprocessor=None, **kwargs):
+        source_vocab, target_vocab, shared = _vocabularies(
+            vocabulary_size, encoder_vocabulary_size, decoder_vocabulary_size)
+        check_positive_ints(sequence_length=sequence_length, hidden_dim=hidden_dim, num_heads=num_heads,
+                            intermediate_dim=intermediate_dim, num_encoder_layers=num_encoder_layers,
+                            num_decoder_layers=num_decoder_layers)
+        check_rates(dropout=dropout)
+        if position not in POSITIONS:
+            raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
+
+        def embedding(vocab, name):
+            return layers.TokenAndPositionEmbedding(
+                vocab, sequence_length, hidden_dim, position=position, mask_zero=True,
+                scale_by_sqrt_dim=True, name=name,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5))
+
+        block = dict(num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
+                     normalize_first=normalize_first)
+        encoder_embedding = embedding(source_vocab, "shared_embedding" if shared else "encoder_embedding")
+        decoder_embedding = encoder_embedding if shared else embedding(target_vocab, "decoder_embedding")
+        encoder_blocks = [blocks.TransformerEncoderBlock(name=f"encoder_{i}", **block)
+                          for i in range(num_encoder_layers)]
+        decoder_blocks = [blocks.TransformerDecoderBlock(name=f"decoder_{i}", **block)
+                          for i in range(num_decoder_layers)]
+        norm = lambda name: keras.layers.LayerNormalization(epsilon=1e-5, name=name)  # noqa: E731
+        encoder_norm = norm("encoder_final_norm") if normalize_first else None
+        decoder_norm = norm("decoder_final_norm") if normalize_first else None
+        output_projection = None if tie_output_embedding else keras.layers.Dense(
+            target_vocab, name="output_projection")
+
+        encoder_ids = keras.Input((None,), dtype="int32", name="encoder_token_ids")
+        decoder_ids = keras.Input((None,), dtype="int32", name="decoder_token_ids")
+        x = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(encoder_embedding(encoder_ids))
+        for layer in encoder_blocks:
+            x = layer(x)
+        if encoder_norm is not None:
+            x = encoder_norm(x)
+        y = keras.layers.Dropout(dropout, name="decoder_embedding_dropout")(decoder_embedding(decoder_ids))
+        for layer in decoder_blocks:
+            y = layer(y, x)
+        if decoder_norm is not None:
+            y = decoder_norm(y)
+        logits = decoder_embedding(y, reverse=True) if output_projection is None else output_projection(y)
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+        super().__init__(inputs={"encoder_token_ids": encoder_ids, "decoder_token_ids": decoder_ids},
+                         outputs=logits, **kwargs)
+        self.encoder_embedding, self.decoder_embedding = encoder_embedding, decoder_embedding
+        self.encoder_blocks, self.decoder_blocks = encoder_blocks, decoder_blocks
+        self.encoder_norm, self.decoder_norm = encoder_norm, decoder_norm
+        self.output_projection = output_projection
+        self.vocabulary_size = vocabulary_size
+        self.encoder_vocabulary_size = encoder_vocabulary_size
+        self.decoder_vocabulary_size = decoder_vocabulary_size
+        self.sequence_length, self.hidden_dim, self.num_heads = sequence_length, hidden_dim, num_heads
+        self.intermediate_dim, self.dropout, self.position = intermediate_dim, dropout, position
+        self.num_encoder_layers, self.num_decoder_layers = num_encoder_layers, num_decoder_layers
+        self.tie_output_embedding, self.normalize_first = tie_output_embedding, normalize_first
+        self.preprocessor = check_preprocessor(preprocessor)
+
+    def validate_preprocessor(self, preprocessor=None):
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        if preprocessor is not None:
+            check_tokenizer_fits(preprocessor, "source_tokenizer", self.encoder_embedding.vocabulary_size)
+            check_tokenizer_fits(preprocessor, "target_tokenizer", self.decoder_embedding.vocabulary_size)
+            if self.position == "learned":
+                check_length_fits(preprocessor, self.sequence_length)
+
+    def generate(self, encoder_token_ids, **kwargs):
+        """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, **kwargs)`."""
+        return generate_ids(self, encoder_token_ids, **kwargs)
+
+    def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=256, **kwargs):
+        """Translate strings: list of str (or one str) -> list of str.
+
+        Tokenizes with the preprocessor, decodes with `generate` (`strategy`:
+        "greedy", "beam", "top_k" or "top_p"; other `generate` arguments such
+        as `num_beams` pass through), detokenizes. `max_length` defaults to
+        the preprocessor's `sequence_length`.
+        """
+        preprocessor = self._require_preprocessor("translate")
+        single = isinstance(texts, str)
+        source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
+        options = dict(max_length=max_length or preprocessor.sequence_length, strategy=strategy,
+                       start_token_id=preprocessor.start_token_id,
+                       end_token_id=preprocessor.end_token_id, **kwargs)
+        outputs = []
+        for start in range(0, len(source), batch_size):
+            outputs += preprocessor.detokenize(self.generate(source[start:start + batch_size], **options))
+        return outputs[0] if single else outputs
+
+
+def _vocabularies(shared, encoder, decoder):
+    """(source size, target size, one shared table?) with a clear error when they conflict."""
+    source, target = encoder or shared, decoder or shared
+    if shared is not None and {source, target} != {shared}:
+        raise ValueError(
+            "Pass either a shared `vocabulary_size` or separate encoder/decoder sizes. Received: "
+            f"vocabulary_size={shared}, encoder_vocabulary_size={encoder}, decoder_vocabulary_size={decoder}")
+    if not source or not target:
+        raise ValueError(
+            "A vocabulary size is required: `vocabulary_size` (shared) or both "
+            f"`encoder_vocabulary_size` and `decoder_vocabulary_size`. Received: vocabulary_size={shared}, "
+            f"encoder_vocabulary_size={encoder}, decoder_vocabulary_size={decoder}")
+    check_positive_ints(encoder_vocabulary_size=source, decoder_vocabulary_size=target)
+    return source, target, shared is not None and encoder is None and decoder is None
 
 
 @register("transformer_big", **{**PAPER, "dropout": 0.3}, hidden_dim=1024, num_heads=16,
@@ -16,84 +173,21 @@ PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
           num_heads=4, intermediate_dim=1024, num_encoder_layers=3, num_decoder_layers=3)
 @register("transformer_tiny", vocabulary_size=8000, sequence_length=64, hidden_dim=64,
           num_heads=2, intermediate_dim=128, num_encoder_layers=2, num_decoder_layers=2)
-@builder
-def translator(
-    *,
-    vocabulary_size=None,
-    encoder_vocabulary_size=None,
-    decoder_vocabulary_size=None,
-    sequence_length=256,
-    hidden_dim=512,
-    num_heads=8,
-    intermediate_dim=2048,
-    num_encoder_layers=6,
-    num_decoder_layers=6,
-    dropout=0.1,
-    position="sinusoidal",
-    tie_output_embedding=True,
-    normalize_first=False,
-    name="translator",
-):
-    """Source ids `(batch, src_len)` + target ids `(batch, tgt_len)` -> logits `(batch, tgt_len, vocab)`.
+@builder(expand={"vocabulary_size": ("encoder_vocabulary_size", "decoder_vocabulary_size")})
+def translator(**kwargs):
+    """Build a `Translator`: `translator(preset="transformer_tiny", vocabulary_size=8000)`.
 
-    Id 0 is padding on both sides (masks are derived from it). A shared
-    `vocabulary_size` makes one embedding table serve encoder, decoder and
-    output projection (paper 3.4); separate `encoder_vocabulary_size` /
-    `decoder_vocabulary_size` give two tables, the decoder's tied to the
-    output when `tie_output_embedding`. Embeddings are scaled by
-    sqrt(hidden_dim); dropout follows the embeddings and every sublayer
-    (paper 5.4; 0.3 for the big model, as in Table 3).
+    Args:
+        preset: str. A registered preset name (`kformer.models.list_models()`).
+        **kwargs: `Translator` arguments; they replace the preset's. Separate
+            `encoder_vocabulary_size` / `decoder_vocabulary_size` replace a
+            preset's shared `vocabulary_size` (the side not given keeps it).
+
+    Example:
+
+    >>> model = translator(preset="transformer_tiny", encoder_vocabulary_size=50,
+    ...                    decoder_vocabulary_size=60)
+    >>> model.output.shape
+    (None, None, 60)
     """
-    if vocabulary_size is not None and (encoder_vocabulary_size or decoder_vocabulary_size):
-        if {encoder_vocabulary_size or vocabulary_size, decoder_vocabulary_size or vocabulary_size} != {vocabulary_size}:
-            raise ValueError(
-                "Pass either a shared `vocabulary_size` or separate encoder/decoder sizes. Received: "
-                f"vocabulary_size={vocabulary_size}, encoder_vocabulary_size={encoder_vocabulary_size}, "
-                f"decoder_vocabulary_size={decoder_vocabulary_size}"
-            )
-    source_vocab = encoder_vocabulary_size or vocabulary_size
-    target_vocab = decoder_vocabulary_size or vocabulary_size
-    if not source_vocab or not target_vocab:
-        raise ValueError(
-            "A vocabulary size is required: `vocabulary_size` (shared) or both "
-            f"`encoder_vocabulary_size` and `decoder_vocabulary_size`. Received: "
-            f"vocabulary_size={vocabulary_size}, encoder_vocabulary_size={encoder_vocabulary_size}, "
-            f"decoder_vocabulary_size={decoder_vocabulary_size}"
-        )
-    shared = vocabulary_size is not None and source_vocab == target_vocab
-    rate = dropout
-
-    def embedding(vocab, layer_name):
-        return layers.TokenAndPositionEmbedding(
-            vocab, sequence_length, hidden_dim, position=position, mask_zero=True,
-            scale_by_sqrt_dim=True,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5),
-            name=layer_name,
-        )
-
-    block_kwargs = dict(dropout=rate, normalize_first=normalize_first)
-    encoder_ids = keras.Input((None,), dtype="int32", name="encoder_token_ids")
-    decoder_ids = keras.Input((None,), dtype="int32", name="decoder_token_ids")
-
-    encoder_embedding = embedding(source_vocab, "shared_embedding" if shared else "encoder_embedding")
-    x = keras.layers.Dropout(rate, name="encoder_embedding_dropout")(encoder_embedding(encoder_ids))
-    for i in range(num_encoder_layers):
-        x = blocks.TransformerEncoderBlock(num_heads, intermediate_dim, name=f"encoder_{i}",
-                                           **block_kwargs)(x)
-    if normalize_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(x)
-
-    decoder_embedding = encoder_embedding if shared else embedding(target_vocab, "decoder_embedding")
-    y = keras.layers.Dropout(rate, name="decoder_embedding_dropout")(decoder_embedding(decoder_ids))
-    for i in range(num_decoder_layers):
-        y = blocks.TransformerDecoderBlock(num_heads, intermediate_dim, name=f"decoder_{i}",
-                                           **block_kwargs)(y, x)
-    if normalize_first:
-        y = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(y)
-    if tie_output_embedding:
-        logits = decoder_embedding(y, reverse=True)
-    else:
-        logits = keras.layers.Dense(target_vocab, name="output_projection")(y)
-    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
-    return keras.Model({"encoder_token_ids": encoder_ids, "decoder_token_ids": decoder_ids},
-                       logits, name=name)
+    return Translator(**kwargs)

@@ -3,9 +3,93 @@
 import keras
 
 from kformer import blocks, layers
+from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.registry import builder, register
+from kformer.models.task import ClassifierTask, check_class_names, check_preprocessor
 
 PAPER = dict(image_size=224, patch_size=16, num_classes=1000, channels=3, dropout=0.1)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class ViTImageClassifier(ClassifierTask):
+    """Images `(batch, image_size, image_size, channels)`, pixels 0-255 -> logits `(batch, num_classes)`.
+
+    Pixels are scaled to [0, 1] inside the model. Patch embedding with a
+    class token, pre-norm GELU blocks, a final LayerNorm and a linear head on
+    the class token. With `num_experts > 0`, every `moe_every`-th block (the
+    last of each group, as in V-MoE) has a top-`top_k` mixture-of-experts
+    feed-forward. With an `ImageClassifierPreprocessor`, `predict` takes
+    uint8 images of any size.
+
+    Args:
+        image_size, patch_size, channels: ints (`image_size` divisible by `patch_size`).
+        num_classes: int >= 2.
+        hidden_dim, num_layers, num_heads, intermediate_dim: ints.
+        dropout: float. Defaults to `0.0`.
+        num_experts, moe_every, top_k: mixture-of-experts settings (0 experts: none).
+        class_names: optional list of `num_classes` str.
+        preprocessor: `ImageClassifierPreprocessor` or None.
+
+    Attributes: `patch_embedding`, `encoder_blocks`, `final_norm`, `head`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = ViTImageClassifier(image_size=8, patch_size=4, num_classes=3, channels=1,
+    ...                            hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32)
+    >>> model.predict(np.zeros((2, 8, 8, 1)), verbose=0).shape
+    (2, 3)
+    """
+
+    task_type = "image_classification"
+
+    def __init__(self, image_size=224, patch_size=16, num_classes=1000, channels=3, hidden_dim=768,
+                 num_layers=12, num_heads=12, intermediate_dim=3072, dropout=0.0, num_experts=0,
+                 moe_every=2, top_k=2, class_names=None, preprocessor=None, **kwargs):
+        check_positive_ints(image_size=image_size, patch_size=patch_size, hidden_dim=hidden_dim,
+                            num_layers=num_layers, num_heads=num_heads, intermediate_dim=intermediate_dim)
+        check_rates(dropout=dropout)
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"`num_classes` must be an int >= 2. Received: num_classes={num_classes!r}")
+        if channels not in (1, 3):
+            raise ValueError(f"`channels` must be 1 or 3. Received: channels={channels!r}")
+        if image_size % patch_size:
+            raise ValueError("`image_size` must be divisible by `patch_size`. Received: "
+                             f"image_size={image_size}, patch_size={patch_size}")
+        if num_experts and (not isinstance(moe_every, int) or moe_every < 1):
+            raise ValueError(f"`moe_every` must be an int >= 1. Received: moe_every={moe_every}")
+        class_names = check_class_names(class_names, num_classes)
+        patch_embedding = layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")
+        encoder_blocks = [blocks.TransformerEncoderBlock(
+            num_heads, intermediate_dim, dropout=dropout, activation="gelu", normalize_first=True,
+            layer_norm_epsilon=1e-6, num_experts=num_experts if num_experts and (i + 1) % moe_every == 0 else 0,
+            top_k=top_k, name=f"encoder_{i}") for i in range(num_layers)]
+        final_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
+        head = keras.layers.Dense(num_classes, dtype="float32", name="logits")
+
+        images = keras.Input((image_size, image_size, channels), name="images")
+        x = patch_embedding(keras.layers.Rescaling(1.0 / 255, name="rescale")(images))
+        x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
+        for block in encoder_blocks:
+            x = block(x)
+        x = layers.ClassTokenPooling(name="cls")(final_norm(x))
+        super().__init__(inputs=images, outputs=head(x), **kwargs)
+        self.patch_embedding, self.encoder_blocks = patch_embedding, encoder_blocks
+        self.final_norm, self.head = final_norm, head
+        self.image_size, self.patch_size, self.num_classes = image_size, patch_size, num_classes
+        self.channels, self.hidden_dim, self.num_layers = channels, hidden_dim, num_layers
+        self.num_heads, self.intermediate_dim, self.dropout = num_heads, intermediate_dim, dropout
+        self.num_experts, self.moe_every, self.top_k = num_experts, moe_every, top_k
+        self.class_names = class_names
+        self.preprocessor = check_preprocessor(preprocessor)
+
+    def validate_preprocessor(self, preprocessor=None):
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        if preprocessor is not None and (preprocessor.image_size, preprocessor.channels) != (
+                self.image_size, self.channels):
+            raise ValueError(f"The preprocessor must make {self.image_size}x{self.image_size}x{self.channels} "
+                             f"images for this model. Received: image_size={preprocessor.image_size}, "
+                             f"channels={preprocessor.channels}")
 
 
 @register("vit_large_patch16_224", **PAPER, hidden_dim=1024, num_layers=24, num_heads=16,
@@ -17,43 +101,12 @@ PAPER = dict(image_size=224, patch_size=16, num_classes=1000, channels=3, dropou
 @register("vit_tiny", image_size=28, patch_size=7, num_classes=10, channels=1, hidden_dim=64,
           num_layers=4, num_heads=4, intermediate_dim=128)
 @builder
-def vit(
-    *,
-    image_size=224,
-    patch_size=16,
-    num_classes=1000,
-    channels=3,
-    hidden_dim=768,
-    num_layers=12,
-    num_heads=12,
-    intermediate_dim=3072,
-    dropout=0.0,
-    num_experts=0,
-    moe_every=2,
-    top_k=2,
-    name="vit",
-):
-    """Images `(batch, image_size, image_size, channels)`, pixel values 0-255 -> logits `(batch, num_classes)`.
+def vit(**kwargs):
+    """Build a `ViTImageClassifier`: `vit(preset="vit_tiny")`.
 
-    Pixels are scaled to [0, 1] inside the model. Pre-norm GELU blocks, a
-    final LayerNorm and a linear head on the class token. With
-    `num_experts > 0`, every `moe_every`-th block (the last of each group, as
-    in V-MoE) uses a top-`top_k` mixture-of-experts feed-forward.
+    Example:
+
+    >>> vit(preset="vit_tiny").input.shape
+    (None, 28, 28, 1)
     """
-    if num_experts and (not isinstance(moe_every, int) or moe_every < 1):
-        raise ValueError(f"`moe_every` must be an int >= 1. Received: moe_every={moe_every}")
-    images = keras.Input((image_size, image_size, channels), name="images")
-    x = keras.layers.Rescaling(1.0 / 255, name="rescale")(images)
-    x = layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
-    x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
-    for i in range(num_layers):
-        experts = num_experts if num_experts and (i + 1) % moe_every == 0 else 0
-        x = blocks.TransformerEncoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, activation="gelu",
-            normalize_first=True, layer_norm_epsilon=1e-6, num_experts=experts, top_k=top_k,
-            name=f"encoder_{i}",
-        )(x)
-    x = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
-    x = layers.ClassTokenPooling(name="cls")(x)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(images, logits, name=name)
+    return ViTImageClassifier(**kwargs)

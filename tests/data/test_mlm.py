@@ -5,7 +5,7 @@ import pytest
 from kformer import models
 from kformer.data import imdb, mlm, wordpiece
 
-SEGMENT_LENGTH = 64
+SEQUENCE_LENGTH = 64
 MASKING = {"vocabulary_size": 1000, "num_special": 7, "mask_id": 4}
 
 
@@ -22,7 +22,7 @@ def reviews():
 
 @pytest.fixture(scope="module")
 def pairs(tokenizer, reviews):
-    return mlm.segment_pairs(reviews, tokenizer, SEGMENT_LENGTH, seed=0)
+    return mlm.segment_pairs(reviews, tokenizer, SEQUENCE_LENGTH, seed=0)
 
 
 def random_batch(n=4000, length=64, seed=0):
@@ -107,7 +107,7 @@ def test_truncate_pair_trims_the_longer_segment_first():
 
 def test_segment_pairs_structure(pairs, tokenizer):
     token_ids, segment_ids, labels = pairs["token_ids"], pairs["segment_ids"], pairs["nsp_labels"]
-    assert token_ids.shape == segment_ids.shape == (len(labels), SEGMENT_LENGTH) and len(labels) > 300
+    assert token_ids.shape == segment_ids.shape == (len(labels), SEQUENCE_LENGTH) and len(labels) > 300
     assert token_ids.dtype == segment_ids.dtype == labels.dtype == np.int32
     assert 0.4 < labels.mean() < 0.6 and set(labels.tolist()) == {0, 1}
     cls, sep = tokenizer.ids["[CLS]"], tokenizer.ids["[SEP]"]
@@ -130,7 +130,7 @@ def test_segment_pairs_next_is_contiguous_and_random_is_not(pairs, tokenizer, re
     contiguous = np.array(contiguous)
     assert np.all(contiguous[pairs["nsp_labels"] == 0])
     assert np.mean(contiguous[pairs["nsp_labels"] == 1]) < 0.05
-    again = mlm.segment_pairs(reviews, tokenizer, SEGMENT_LENGTH, seed=0)
+    again = mlm.segment_pairs(reviews, tokenizer, SEQUENCE_LENGTH, seed=0)
     np.testing.assert_array_equal(again["token_ids"], pairs["token_ids"])
 
 
@@ -139,7 +139,7 @@ def test_dataset_trains_mini_bert_and_weights_apply(pairs, tokenizer):
     assert args["mask_id"] == tokenizer.ids["[MASK]"] and args["num_special"] == 7
     ds = mlm.make_pretraining_dataset(pairs, 16, **args, shuffle=True, seed=0)
     x, y, w = next(iter(ds))
-    max_masks = mlm.default_max_masks(SEGMENT_LENGTH)
+    max_masks = mlm.default_max_masks(SEQUENCE_LENGTH)
     assert sorted(x) == ["mask_positions", "padding_mask", "segment_ids", "token_ids"]
     assert x["padding_mask"].dtype.name == "bool" and tuple(x["mask_positions"].shape) == (16, max_masks)
     assert tuple(y["mlm_logits"].shape) == tuple(w["mlm_logits"].shape) == (16, max_masks)
@@ -147,7 +147,7 @@ def test_dataset_trains_mini_bert_and_weights_apply(pairs, tokenizer):
     epoch_1, epoch_2 = (np.asarray(next(iter(ds.take(1)))[0]["mask_positions"]) for _ in range(2))
     assert not np.array_equal(epoch_1, epoch_2)  # dynamic masking: new masks every pass
 
-    backbone = models.mini_bert(vocabulary_size=tokenizer.vocabulary_size, max_sequence_length=SEGMENT_LENGTH,
+    backbone = models.mini_bert(vocabulary_size=tokenizer.vocabulary_size, sequence_length=SEQUENCE_LENGTH,
                                 num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     model = models.mini_bert_pretraining(backbone)
     model.compile(

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from kformer.data import translation
+from kformer.data.preprocessors import TranslatorPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
 FULL_DATA_DIR = pathlib.Path("/work/shared/data")
@@ -16,7 +17,7 @@ needs_multi30k = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    sources, targets = translation.load_pairs("spa-eng", "train", max_examples=300)
+    sources, targets = translation.load_split("train", "spa-eng", max_examples=300)
     return (WordPieceTokenizer.learn(sources, vocabulary_size=300),
             WordPieceTokenizer.learn(targets, vocabulary_size=300))
 
@@ -26,12 +27,12 @@ def batches(ds):
 
 
 def test_bundled_splits_have_fixed_sizes_and_are_deterministic():
-    splits = {s: translation.load_pairs("spa-eng", s) for s in translation.SPLITS}
+    splits = {s: translation.load_split(s, "spa-eng") for s in translation.SPLITS}
     sizes = {s: len(src) for s, (src, tgt) in splits.items()}
     assert sizes == {"train": 4000, "validation": 500, "test": 500}
     assert all(len(src) == len(tgt) for src, tgt in splits.values())
-    assert translation.load_pairs("spa-eng", "test") == splits["test"]
-    first = translation.load_pairs("spa-eng", "train", max_examples=10)
+    assert translation.load_split("test", "spa-eng") == splits["test"]
+    first = translation.load_split("train", "spa-eng", max_examples=10)
     assert first == (splits["train"][0][:10], splits["train"][1][:10])
     pairs = {s: set(zip(*p)) for s, p in splits.items()}
     assert not pairs["train"] & pairs["validation"] and not pairs["train"] & pairs["test"]
@@ -39,60 +40,60 @@ def test_bundled_splits_have_fixed_sizes_and_are_deterministic():
 
 @needs_full_spa_eng
 def test_bundled_sample_agrees_with_full_file_split():
-    full = {s: translation.load_pairs("spa-eng", s, FULL_DATA_DIR) for s in translation.SPLITS}
+    full = {s: translation.load_split(s, "spa-eng", FULL_DATA_DIR) for s in translation.SPLITS}
     assert [len(full[s][0]) for s in translation.SPLITS] == [107067, 5948, 5949]
-    assert full["train"][0][:3] == translation.load_pairs("spa-eng", "train", FULL_DATA_DIR, 3)[0]
+    assert full["train"][0][:3] == translation.load_split("train", "spa-eng", FULL_DATA_DIR, 3)[0]
     for split in translation.SPLITS:
-        sample = set(zip(*translation.load_pairs("spa-eng", split)))
+        sample = set(zip(*translation.load_split(split, "spa-eng")))
         assert sample <= set(zip(*full[split])), split
 
 
 @needs_multi30k
 def test_multi30k_is_german_to_english():
-    german, english = translation.load_pairs("multi30k", "validation", FULL_DATA_DIR)
+    german, english = translation.load_split("validation", "multi30k", FULL_DATA_DIR)
     assert len(german) == len(english) == 1014
-    german, english = translation.load_pairs("multi30k", "train", FULL_DATA_DIR, max_examples=2)
+    german, english = translation.load_split("train", "multi30k", FULL_DATA_DIR, max_examples=2)
     assert english[0] == "Two young, White males are outside near many bushes."
     assert german[0].startswith("Zwei junge weiße Männer")
 
 
 def test_bad_arguments_name_the_value():
     with pytest.raises(ValueError, match="dataset='wmt'"):
-        translation.load_pairs("wmt", "train")
+        translation.load_split("train", "wmt")
     with pytest.raises(ValueError, match="split='dev'"):
-        translation.load_pairs("spa-eng", "dev")
+        translation.load_split("dev", "spa-eng")
     with pytest.raises(ValueError, match="max_examples=0"):
-        translation.load_pairs("spa-eng", "train", max_examples=0)
+        translation.load_split("train", "spa-eng", max_examples=0)
 
 
 def test_missing_and_corrupt_files_name_the_path(tmp_path):
     with pytest.raises(ValueError, match=str(tmp_path / "spa-eng" / "spa.txt.gz")):
-        translation.load_pairs("spa-eng", "train", tmp_path)
+        translation.load_split("train", "spa-eng", tmp_path)
     with pytest.raises(ValueError, match="directory holding multi30k/"):
-        translation.load_pairs("multi30k", "train", tmp_path)
+        translation.load_split("train", "multi30k", tmp_path)
     (tmp_path / "spa-eng").mkdir()
     (tmp_path / "spa-eng" / "spa.txt.gz").write_bytes(b"not gzip")
     with pytest.raises(ValueError, match="Corrupt spa-eng file .*spa.txt.gz"):
-        translation.load_pairs("spa-eng", "train", tmp_path)
+        translation.load_split("train", "spa-eng", tmp_path)
     with gzip.open(tmp_path / "spa-eng" / "spa.txt.gz", "wt", encoding="utf-8") as f:
         f.write("Go.\tVe.\nNo tab here\n")
     with pytest.raises(ValueError, match="line 2 has 0 tabs; expected exactly one"):
-        translation.load_pairs("spa-eng", "train", tmp_path)
+        translation.load_split("train", "spa-eng", tmp_path)
     (tmp_path / "multi30k").mkdir()
     for lang, text in (("de", "Ein Hund.\nEine Katze.\n"), ("en", "A dog.\n")):
         with gzip.open(tmp_path / "multi30k" / f"val.{lang}.gz", "wt", encoding="utf-8") as f:
             f.write(text)
     with pytest.raises(ValueError, match="val.*same number of lines, got 2 German and 1 English"):
-        translation.load_pairs("multi30k", "validation", tmp_path)
+        translation.load_split("validation", "multi30k", tmp_path)
 
 
 def test_dataset_shapes_shift_and_buckets(tokenizers):
     source_tokenizer, target_tokenizer = tokenizers
-    sources, targets = translation.load_pairs("spa-eng", "validation", max_examples=200)
+    sources, targets = translation.load_split("validation", "spa-eng", max_examples=200)
     sources[0], targets[0] = "word " * 40, "palabra " * 40  # longer than sequence_length
     sequence_length = 20
-    ds = translation.make_dataset(source_tokenizer, target_tokenizer, sources, targets,
-                                  batch_size=16, sequence_length=sequence_length)
+    preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, sequence_length)
+    ds = preprocessor.dataset(sources, targets, batch_size=16)
     start, end = target_tokenizer.ids["[START]"], target_tokenizer.ids["[END]"]
     rows, widths = [], set()
     assert ds.cardinality() == len(batches(ds))  # known number of batches for fit()
@@ -112,12 +113,9 @@ def test_dataset_shapes_shift_and_buckets(tokenizers):
         rows += [tuple(tuple(a[i][a[i] > 0]) for a in (encoder, decoder, labels)) for i in range(len(labels))]
     assert widths == {8, 16, 20}  # padded to the bucket lengths only
     assert max(len(r[0]) for r in rows) == max(len(r[1]) for r in rows) == sequence_length
-    # Same ids as the tokenizer's own padding and truncation (used at serving time).
-    expected = [
-        np.asarray(source_tokenizer(np.array(sources), sequence_length)),
-        np.asarray(target_tokenizer(np.array(targets), sequence_length, prefix="[START]")),
-        np.asarray(target_tokenizer(np.array(targets), sequence_length, suffix="[END]")),
-    ]
+    # Same ids as the preprocessor's own padded call (used by fit on raw text and at serving time).
+    x, labels = preprocessor(np.array(sources), np.array(targets))
+    expected = [np.asarray(x["encoder_token_ids"]), np.asarray(x["decoder_token_ids"]), np.asarray(labels)]
     expected = [tuple(tuple(a[i][a[i] > 0]) for a in expected) for i in range(len(sources))]
     assert sorted(rows) == sorted(expected)
 
@@ -129,24 +127,25 @@ def test_bucket_lengths():
 
 
 def test_shuffle_is_seeded_and_errors_are_clear(tokenizers):
-    sources, targets = translation.load_pairs("spa-eng", "test", max_examples=64)
-    make = lambda seed: batches(translation.make_dataset(  # noqa: E731
-        *tokenizers, sources, targets, batch_size=8, sequence_length=16, shuffle=True, seed=seed))
+    sources, targets = translation.load_split("test", "spa-eng", max_examples=64)
+    preprocessor = TranslatorPreprocessor(*tokenizers, sequence_length=16)
+    make = lambda seed: batches(preprocessor.dataset(  # noqa: E731
+        sources, targets, batch_size=8, shuffle=True, seed=seed))
     first, again = make(3), make(3)
     assert len(first) == len(again)
     for (x, y), (x2, y2) in zip(first, again):
         np.testing.assert_array_equal(y, y2)
     with pytest.raises(ValueError, match="2 targets"):
-        translation.make_dataset(*tokenizers, sources[:3], targets[:2], 8, 16)
+        preprocessor.dataset(sources[:3], targets[:2], batch_size=8)
     with pytest.raises(ValueError, match="sequence_length=1"):
-        translation.make_dataset(*tokenizers, sources, targets, 8, 1)
+        TranslatorPreprocessor(*tokenizers, sequence_length=1)
 
 
 def test_tfds_path_with_mock_data():
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=5):
-        sources, targets = translation.load_pairs_tfds("ted_hrlr_translate/pt_to_en", "train", max_examples=3)
+        sources, targets = translation.load_split_tfds("train", "ted_hrlr_translate/pt_to_en", max_examples=3)
     assert len(sources) == len(targets) == 3
     assert all(isinstance(t, str) for t in sources + targets)
     with pytest.raises(ValueError, match="max_examples=0"):
-        translation.load_pairs_tfds("ted_hrlr_translate/pt_to_en", "train", max_examples=0)
+        translation.load_split_tfds("train", "ted_hrlr_translate/pt_to_en", max_examples=0)

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from kformer import export, models
 from kformer.data import imdb
+from kformer.data.preprocessors import BertPreprocessor, TextClassifierPreprocessor, TranslatorPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
 TEXTS = ["An absolutely wonderful film.", "", "terrible " * 400, "The acting was [MASK] and the [MASK] too."]
@@ -24,22 +25,9 @@ def tokenizer():
     return WordPieceTokenizer.learn(imdb.load_split("train", max_examples=300)[0], 600)
 
 
-def _ids(tokenizer, length, **kwargs):
-    return tokenizer(tf.constant(TEXTS), length, **kwargs).numpy()
-
-
-def _bert_inputs(tokenizer, length):
-    ids = _ids(tokenizer, length, prefix="[CLS]", suffix="[SEP]")
-    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": ids != 0}
-
-
-def _softmax(logits):
-    return keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.cast(logits, "float32")))
-
-
 @pytest.fixture(scope="module")
 def served(tokenizer, tmp_path_factory):
-    """Export one model per task; return (requests, expected, results from the client)."""
+    """Export one task per task type; return (requests, expected, results from the client)."""
     base = tmp_path_factory.mktemp("exports")
     keras.utils.set_random_seed(0)
     vocab = tokenizer.vocabulary_size
@@ -50,48 +38,39 @@ def served(tokenizer, tmp_path_factory):
         expected.append(want)
 
     text = {"text": np.array(TEXTS, dtype=object)}
-    clf = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32)
-    path = export.export_for_serving(clf, base / "imdb", task="text_classification",
-                                     tokenizer=tokenizer, class_names=CLASSES)
-    add(path, "serving_default", text, {"probabilities": _softmax(clf.predict(_ids(tokenizer, 32), verbose=0))})
+    clf = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
+                                 class_names=CLASSES, preprocessor=TextClassifierPreprocessor(tokenizer, 32))
+    path = export.export_for_serving(clf, base / "imdb")
+    add(path, "serving_default", text, {"probabilities": clf.predict(TEXTS, verbose=0)})
 
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=vocab, max_sequence_length=32,
+    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=vocab, sequence_length=32,
                                 hidden_dim=32, intermediate_dim=64)
-    bert_clf = models.mini_bert_classifier(backbone, 2)
-    path = export.export_for_serving(bert_clf, base / "bert_clf", task="text_classification",
-                                     tokenizer=tokenizer, class_names=CLASSES, sequence_length=32)
-    add(path, "serving_default", text,
-        {"probabilities": _softmax(bert_clf.predict(_bert_inputs(tokenizer, 32), verbose=0))})
+    bert_clf = models.mini_bert_classifier(backbone, 2, class_names=CLASSES,
+                                           preprocessor=BertPreprocessor(tokenizer, 32))
+    path = export.export_for_serving(bert_clf, base / "bert_clf")
+    add(path, "serving_default", text, {"probabilities": bert_clf.predict(TEXTS, verbose=0)})
 
-    mlm = models.mini_bert_pretraining(backbone)
-    path = export.export_for_serving(mlm, base / "bert_mlm", task="fill_mask", tokenizer=tokenizer,
-                                     sequence_length=32, top_k=3)
-    inputs = _bert_inputs(tokenizer, 32)
-    positions = np.zeros((len(TEXTS), 2), "int32")
-    for row, ids in enumerate(inputs["token_ids"]):
-        where = np.flatnonzero(ids == tokenizer.ids["[MASK]"])
-        positions[row, : len(where)] = where
-    probs = _softmax(mlm.predict({**inputs, "mask_positions": positions}, verbose=0)["mlm_logits"])
-    add(path, "fill_mask", text, {"top_ids": np.argsort(-probs, axis=-1)[..., :3], "probs": probs})
+    mlm = models.mini_bert_pretraining(backbone, preprocessor=BertPreprocessor(tokenizer, 32, mask_positions=True))
+    path = export.export_for_serving(mlm, base / "bert_mlm", top_k=3)
+    probs = keras.ops.convert_to_numpy(keras.ops.softmax(mlm.predict(TEXTS, verbose=0)["mlm_logits"]))
+    answers = mlm.fill_mask(TEXTS, top_k=3)
+    add(path, "fill_mask", text, {"top_ids": np.argsort(-probs, axis=-1)[..., :3], "probs": probs,
+                                  "answers": answers})
 
-    translator = models.translator(preset="transformer_tiny", vocabulary_size=vocab)
-    path = export.export_for_serving(translator, base / "translator", task="translation",
-                                     tokenizer=tokenizer, target_tokenizer=tokenizer,
-                                     sequence_length=16, max_length=10, num_beams=3)
-    source = _ids(tokenizer, 16)
-    options = dict(max_length=10, start_token_id=tokenizer.ids["[START]"],
-                   end_token_id=tokenizer.ids["[END]"])
+    translator = models.translator(preset="transformer_tiny", vocabulary_size=vocab,
+                                   preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 16))
+    path = export.export_for_serving(translator, base / "translator", max_length=10, num_beams=3)
     for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam")):
-        ids = models.generate(translator, source, strategy=strategy, num_beams=3, **options)
-        add(path, signature, text, {"translation": tokenizer.detokenize(ids).numpy()})
+        want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10)
+        add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)})
 
-    vit = models.vit(preset="vit_tiny")
-    path = export.export_for_serving(vit, base / "vit", task="image_classification", class_names=DIGITS)
+    vit = models.vit(preset="vit_tiny")  # no preprocessor: export resizes to its input size
+    path = export.export_for_serving(vit, base / "vit", class_names=DIGITS)
     gray = np.random.default_rng(0).integers(0, 256, (3, 28, 28, 1), dtype=np.uint8)
     rgb = np.repeat(gray, 3, axis=-1)  # equal channels: grayscale conversion returns `gray` (+-1)
     pngs = np.array([tf.io.encode_png(image).numpy() for image in rgb], dtype=object)
     gray_seen = tf.image.rgb_to_grayscale(tf.cast(rgb, tf.float32)).numpy()
-    want = {"probabilities": _softmax(vit.predict(gray_seen, verbose=0))}
+    want = {"probabilities": vit.predict(gray_seen, verbose=0)}
     add(path, "classify_images", {"images": rgb}, want)
     add(path, "serving_default", {"image_bytes": pngs}, want)
     add(path, "serving_default", {"image_bytes": np.array([b"not an image"], dtype=object)}, "error")
@@ -131,6 +110,9 @@ def test_translations_equal_generate(served):
 def test_fill_mask_returns_top_k_per_mask(served, tokenizer):
     (want, got), = [(w, g) for (p, _, _), w, g in zip(*served) if "bert_mlm" in p]
     assert got["num_masks"].tolist() == [0, 0, 0, 2]
+    assert [len(a) for a in want["answers"]] == [0, 0, 0, 2]  # BertPretrainer.fill_mask agrees
+    assert [[c["token"] for c in m] for m in want["answers"][3]] == [
+        [t.decode() for t in row] for row in got["tokens"][3]]
     assert got["tokens"].shape == (4, 2, 3) and got["scores"].shape == (4, 2, 3)
     np.testing.assert_array_equal(got["token_ids"][3], want["top_ids"][3])
     np.testing.assert_allclose(got["scores"][3], np.sort(want["probs"][3], -1)[:, ::-1][:, :3], atol=1e-5)
@@ -174,25 +156,31 @@ def test_warmup_requests_cover_every_signature(served):
 
 def test_versions_are_new_and_never_overwritten(tmp_path):
     model = models.vit(preset="vit_tiny")
-    first = export.export_for_serving(model, tmp_path, task="image_classification",
-                                      class_names=DIGITS, warmup_requests=False)
-    second = export.export_for_serving(model, tmp_path, task="image_classification",
-                                       class_names=DIGITS, warmup_requests=False)
+    first = export.export_for_serving(model, tmp_path, warmup_requests=False)
+    second = export.export_for_serving(model, tmp_path, warmup_requests=False)
     assert (first.name, second.name) == ("1", "2")
     before = sorted(p.name for p in first.rglob("*"))
     with pytest.raises(ValueError, match="already exists"):
-        export.export_for_serving(model, tmp_path, task="image_classification", class_names=DIGITS,
-                                  version=1)
+        export.export_for_serving(model, tmp_path, version=1)
     assert sorted(p.name for p in first.rglob("*")) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]  # no temporary left behind
 
 
 def test_bad_arguments_name_the_argument(tokenizer):
-    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
-    with pytest.raises(ValueError, match="`task` must be one of"):
-        export.save_for_serving(model, "unused", task="summarize")
-    with pytest.raises(ValueError, match="needs `tokenizer`"):
-        export.save_for_serving(model, "unused", task="text_classification", class_names=CLASSES)
+    bare = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
+    with pytest.raises(ValueError, match="needs its preprocessor"):
+        export.save_for_serving(bare, "unused")
+    with pytest.raises(ValueError, match="`task` must be a kformer task"):
+        export.save_for_serving(keras.Sequential([keras.layers.Dense(2)]), "unused")
+    fitting = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16,
+                                     preprocessor=TextClassifierPreprocessor(tokenizer, 16))
     with pytest.raises(ValueError, match="`class_names` must be 2 strings"):
-        export.save_for_serving(model, "unused", task="text_classification", tokenizer=tokenizer,
-                                class_names=["only one"])
+        export.save_for_serving(fitting, "unused", class_names=["only one"])
+    small = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
+                                   preprocessor=TextClassifierPreprocessor(tokenizer, 16))
+    with pytest.raises(ValueError, match=r"`tokenizer` has \d+ tokens, but the model's vocabulary holds 100"):
+        export.save_for_serving(small, "unused")
+    longer = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16,
+                                    preprocessor=TextClassifierPreprocessor(tokenizer, 32))
+    with pytest.raises(ValueError, match="sequence_length=16.*Received: sequence_length=32"):
+        export.save_for_serving(longer, "unused")

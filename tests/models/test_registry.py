@@ -38,7 +38,8 @@ def test_paper_presets_have_the_published_size(name):
 def test_builders_take_a_preset_and_overrides():
     model = models.translator(preset="transformer_tiny", vocabulary_size=30)
     assert model.name == "transformer_tiny"
-    assert model.get_layer("shared_embedding").vocabulary_size == 30
+    assert model.encoder_embedding is model.decoder_embedding
+    assert model.encoder_embedding.vocabulary_size == 30
     assert models.get_preset("transformer_base")["hidden_dim"] == 512
     with pytest.raises(ValueError, match="belongs to `vit`"):
         models.translator(preset="vit_tiny")
@@ -50,10 +51,11 @@ def test_translator_vocabularies_and_tying():
     separate = models.translator(preset="transformer_tiny", vocabulary_size=None,
                                  encoder_vocabulary_size=30, decoder_vocabulary_size=20)
     assert separate.output.shape[-1] == 20
-    assert {"encoder_embedding", "decoder_embedding"} <= {l.name for l in separate.layers}
+    assert separate.encoder_embedding is not separate.decoder_embedding
+    assert separate.output_projection is None
     untied = models.translator(preset="transformer_tiny", vocabulary_size=30,
                                tie_output_embedding=False)
-    assert "output_projection" in {l.name for l in untied.layers}
+    assert untied.output_projection is not None
     with pytest.raises(ValueError, match="decoder_vocabulary_size=20"):
         models.translator(preset="transformer_tiny", vocabulary_size=30, decoder_vocabulary_size=20)
     with pytest.raises(ValueError, match="vocabulary_size=None"):
@@ -79,8 +81,8 @@ def test_bert_pretraining_and_classifier_share_the_backbone(tmp_path):
     out = pretraining.predict(data, verbose=0)
     assert out["mlm_logits"].shape == (2, 2, 40) and out["nsp_logits"].shape == (2, 2)
     # The MLM decoder is the transposed token embedding (tied) plus a bias.
-    table = to_numpy(backbone.get_layer("embedding").token_embedding.embeddings)
-    assert not any(w.shape == (16, 40) for w in pretraining.trainable_weights)
+    table = to_numpy(backbone.token_embedding.token_embedding.embeddings)
+    assert not any(tuple(w.shape) == (16, 40) for w in pretraining.trainable_weights)
     assert table.shape == (40, 16)
     classifier = models.mini_bert_classifier(backbone, num_classes=3)
     logits = classifier.predict({k: data[k] for k in backbone.input}, verbose=0)
@@ -95,7 +97,7 @@ def test_bert_pretraining_and_classifier_share_the_backbone(tmp_path):
 
 def test_vit_with_experts_adds_balancing_losses():
     model = small_model("vit_tiny", image_size=16, channels=3, num_experts=4, moe_every=2)
-    moe_blocks = [l for l in model.layers if getattr(l, "num_experts", 0)]
+    moe_blocks = [b for b in model.encoder_blocks if b.num_experts]
     assert [b.name for b in moe_blocks] == ["encoder_1"]
     model(random_inputs(model))
     assert len(model.losses) == 1

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from kformer import models
 from recipes import pretrain_mini_bert, train_translator, train_vit
 
 COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
@@ -24,9 +25,9 @@ def test_translator_recipe(tmp_path):
     assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0
     assert metrics["test_examples"] == 64 and len(metrics["samples"]) == 8
     assert {"source", "reference", "translation"} <= set(metrics["samples"][0])
-    model = keras.saving.load_model(run_dir / "model.keras")
-    assert model.get_layer("encoder_embedding").vocabulary_size == len(
-        (run_dir / "source_vocabulary.txt").read_text().splitlines())
+    model = models.load(run_dir)
+    assert model.encoder_embedding.vocabulary_size == model.preprocessor.source_tokenizer.vocabulary_size
+    assert isinstance(model.translate("How are you?", max_length=4), str)
     assert (run_dir / "saved_model.pb").is_file() == TF
 
 
@@ -39,9 +40,9 @@ def test_vit_recipe(tmp_path, dataset, preset):
     run_dir = train_vit.main(flags)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test_top1"] <= metrics["test_top5"] <= 1.0
-    model = keras.saving.load_model(run_dir / "model.keras")
-    size = model.input.shape[1]
-    assert model.predict(np.zeros((2, size, size, model.input.shape[-1])), verbose=0).shape == (2, 10)
+    model = models.load(run_dir)
+    assert model.predict(np.zeros((2, 50, 40, 3), "uint8"), verbose=0).shape == (2, 10)  # any size
+    assert len(model.predict_labels([np.zeros((20, 20, 1), "uint8")])) == 1
     assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist" and TF)
 
 
@@ -59,10 +60,11 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert 0.0 <= mlm_metrics["masked_token_accuracy"] <= 1.0
     clf_metrics = json.loads((clf_dir / "metrics.json").read_text())
     assert 0.0 <= clf_metrics["test_accuracy"] <= 1.0 and clf_metrics["pretrained"]
-    pretrained = keras.saving.load_model(mlm_dir / "model.keras")
-    classifier = keras.saving.load_model(clf_dir / "model.keras")
+    pretrained, classifier = models.load(mlm_dir), models.load(clf_dir)
     assert {"mlm_logits", "nsp_logits"} == set(pretrained.output)
     assert classifier.output.shape == (None, 2)
+    assert len(pretrained.fill_mask("A [MASK] film.", top_k=2)) == 1
+    assert classifier.predict_labels(["A fine film."])[0] in ("negative", "positive")
     assert (clf_dir / "pretrain" / "training_log.csv").is_file()
     assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
 

@@ -6,9 +6,10 @@ import signal
 import subprocess
 import sys
 
-import keras
+import numpy as np
 import pytest
 
+from kformer import models
 from recipes import train_imdb
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,9 +25,12 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
     assert config["preset"] == "imdb_tiny" and config["sequence_length"] == 32
     metrics = json.loads((first / "metrics.json").read_text())
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["test_examples"] == 96
-    model = keras.saving.load_model(first / "model.keras")
-    vocabulary = (first / "vocabulary.txt").read_text().splitlines()
-    assert vocabulary[:2] == ["[PAD]", "[UNK]"] and len(vocabulary) == model.get_layer("embedding").vocabulary_size
+    model = models.load(first)  # the task with its preprocessor: raw text in
+    vocabulary = model.preprocessor.tokenizer.vocabulary
+    assert vocabulary[:2] == ["[PAD]", "[UNK]"] and len(vocabulary) == model.vocabulary_size
+    probabilities = model.predict(["A wonderful film.", "Dull."], verbose=0)
+    assert probabilities.shape == (2, 2) and np.allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+    assert model.class_names == ["negative", "positive"]
     assert (first / "saved_model.pb").is_file()
     assert (first / "assets.extra" / "tf_serving_warmup_requests").is_file()
     assert (first / "training_log.csv").is_file() and (first / "logs").is_dir()

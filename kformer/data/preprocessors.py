@@ -1,0 +1,373 @@
+"""Task preprocessors: raw text or images in, model inputs out, in TensorFlow ops.
+
+One implementation serves `model.fit` on raw inputs, the recipes' tf.data
+pipelines, eager calls (`encode`) and the exported serving graphs. Each
+preprocessor is a Keras layer, serialized inside the task's `.keras` file
+(its tokenizers' vocabularies as assets); its ops run in TensorFlow on every
+Keras backend (inside tf.data, or eagerly, then converted to numpy).
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kformer.data.wordpiece import CLS, END, MASK, SEP, START, WordPieceTokenizer
+
+_NO_AUTOTUNE = tf.data.Options()
+_NO_AUTOTUNE.autotune.enabled = False  # avoids tf.data's shutdown stall after fit
+
+
+def data_options():
+    """`tf.data.Options` for every kformer pipeline (autotune off: no stall after `fit`)."""
+    return _NO_AUTOTUNE
+
+
+def is_text(x):
+    """True for a str, a list/tuple of str, a numpy string array or a tf.string tensor."""
+    if isinstance(x, str):
+        return True
+    if isinstance(x, (list, tuple)):
+        return len(x) > 0 and all(isinstance(t, (str, bytes)) for t in x)
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "OSU"
+    if isinstance(x, tf.Tensor):
+        return x.dtype == tf.string
+    if isinstance(x, tf.data.Dataset):
+        spec = tf.nest.flatten(x.element_spec)[0]
+        return getattr(spec, "dtype", None) == tf.string
+    return False
+
+
+def as_strings(x, name="x"):
+    """str / list / array of texts -> tf.string `[batch]`; a clear error for anything else."""
+    if isinstance(x, str):
+        x = [x]
+    tensor = tf.convert_to_tensor(np.asarray(x, dtype=object) if isinstance(x, (list, tuple)) else x)
+    if tensor.dtype != tf.string or tensor.shape.rank != 1:
+        raise ValueError(f"`{name}` must be a string or a 1-D batch of strings. Received: "
+                         f"dtype={tensor.dtype.name}, shape={tuple(tensor.shape)}")
+    return tensor
+
+
+def bert_inputs(token_ids, segment_ids=None):
+    """The BERT input dict from packed ids `(batch, seq)`: padding mask = id != 0."""
+    token_ids = tf.cast(token_ids, tf.int32)
+    segment_ids = tf.zeros_like(token_ids) if segment_ids is None else tf.cast(segment_ids, tf.int32)
+    return {"token_ids": token_ids, "segment_ids": segment_ids,
+            "padding_mask": tf.not_equal(token_ids, 0)}
+
+
+class Preprocessor(keras.layers.Layer):
+    """Base class: `preprocessor(x, y=None, sample_weight=None)` -> packed model inputs.
+
+    Subclasses implement `call` in TensorFlow ops (traceable in tf.data and
+    `tf.function`) and `is_raw`. `encode` runs `call` eagerly (compiled) and
+    returns numpy; `dataset` builds the batched tf.data pipeline `fit` uses.
+    """
+
+    def __init__(self, sequence_length=None, **kwargs):
+        super().__init__(**kwargs)
+        if sequence_length is not None and (not isinstance(sequence_length, int) or sequence_length < 2):
+            raise ValueError(f"`sequence_length` must be an int >= 2. Received: sequence_length={sequence_length!r}")
+        self.sequence_length = sequence_length
+        self.built = True  # no weights
+        self._compiled = None
+
+    def __call__(self, x, y=None, sample_weight=None):
+        # TensorFlow ops on raw inputs: bypass Layer.__call__'s backend conversion.
+        return self.call(x, y, sample_weight)
+
+    def call(self, x, y=None, sample_weight=None):
+        return keras.utils.pack_x_y_sample_weight(self.inputs(x), y, sample_weight)
+
+    def inputs(self, x):
+        raise NotImplementedError
+
+    def is_raw(self, x):
+        """Whether `x` is raw input for this preprocessor (text, images) rather than model inputs."""
+        return is_text(x)
+
+    def _raw_tensor(self, x):
+        return as_strings(x)
+
+    def encode(self, x, chunk_size=2048):
+        """Raw `x` -> model inputs as numpy (an array or a dict of arrays)."""
+        x = self._raw_tensor(x)
+        if self._compiled is None:
+            self._compiled = tf.function(self.inputs, reduce_retracing=True)
+        chunks = [self._compiled(x[i:i + chunk_size]) for i in range(0, int(tf.shape(x)[0]), chunk_size)]
+        if not chunks:
+            raise ValueError("`x` is empty: expected at least one input.")
+        return tf.nest.map_structure(lambda *parts: np.concatenate([p.numpy() for p in parts]), *chunks)
+
+    def dataset(self, x, y=None, sample_weight=None, *, batch_size=32, shuffle=False, seed=0):
+        """Batched `tf.data.Dataset` of packed `(inputs, y, sample_weight)`, preprocessed in tf.data.
+
+        In-memory `x` is preprocessed once (in chunks, then cached); a
+        `tf.data.Dataset` of raw batches is mapped lazily.
+        """
+        if isinstance(x, tf.data.Dataset):
+            return x.map(self, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
+        x = self._raw_tensor(x)
+        count = int(tf.shape(x)[0])
+        for name, column in (("y", y), ("sample_weight", sample_weight)):
+            if column is not None and len(column) != count:
+                raise ValueError(f"`{name}` has {len(column)} rows but `x` has {count}: expected one per "
+                                 f"input. Received: len({name})={len(column)}, len(x)={count}")
+        columns = tuple(c for c in (x, y, sample_weight) if c is not None)
+        ds = tf.data.Dataset.from_tensor_slices(columns).batch(2048)
+        ds = ds.map(lambda *c: self(*c)).unbatch().cache()
+        if shuffle:
+            ds = ds.shuffle(count, seed=seed, reshuffle_each_iteration=True)
+        return ds.batch(batch_size).prefetch(2).with_options(data_options())
+
+    def get_config(self):
+        return {**super().get_config(), "sequence_length": self.sequence_length}
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TextClassifierPreprocessor(Preprocessor):
+    """Texts -> `token_ids` int32 `(batch, sequence_length)`, 0-padded and truncated.
+
+    Args:
+        tokenizer: `WordPieceTokenizer`.
+        sequence_length: int. Tokens per text, special tokens included.
+        prefix, suffix: optional special tokens around each text (e.g. `"[CLS]"`).
+
+    Example:
+
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["a", "fine", "film"])
+    >>> TextClassifierPreprocessor(tokenizer, sequence_length=5).encode(["A fine film"]).tolist()
+    [[7, 8, 9, 0, 0]]
+    """
+
+    def __init__(self, tokenizer, sequence_length, prefix=None, suffix=None, **kwargs):
+        super().__init__(sequence_length, **kwargs)
+        self.tokenizer = _tokenizer(tokenizer, "tokenizer")
+        self.prefix, self.suffix = prefix, suffix
+
+    def inputs(self, x):
+        return self.tokenizer(x, self.sequence_length, self.prefix, self.suffix)
+
+    def get_config(self):
+        return {**super().get_config(), "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+                "prefix": self.prefix, "suffix": self.suffix}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "tokenizer": _deserialize(config["tokenizer"])})
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class BertPreprocessor(TextClassifierPreprocessor):
+    """Texts -> `[CLS] text [SEP]` as `{"token_ids", "segment_ids", "padding_mask"}` `(batch, seq)`.
+
+    With `mask_positions=True` (fill-mask), also `mask_positions` int32
+    `(batch, m)`: the positions of the `[MASK]` tokens of each text, 0-padded
+    (position 0 is `[CLS]`, never a mask), `m` the most masks in the batch (>= 1).
+
+    Args:
+        tokenizer: `WordPieceTokenizer` holding `[CLS]`, `[SEP]`, `[MASK]`.
+        sequence_length: int. Tokens per text, `[CLS]` and `[SEP]` included.
+        mask_positions: bool. Defaults to `False`.
+
+    Example:
+
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["good"])
+    >>> inputs = BertPreprocessor(tokenizer, 6, mask_positions=True).encode(["good [MASK]"])
+    >>> inputs["token_ids"].tolist(), inputs["mask_positions"].tolist()
+    ([[2, 7, 4, 3, 0, 0]], [[2]])
+    """
+
+    def __init__(self, tokenizer, sequence_length, mask_positions=False, **kwargs):
+        kwargs.pop("prefix", None), kwargs.pop("suffix", None)
+        super().__init__(tokenizer, sequence_length, prefix=CLS, suffix=SEP, **kwargs)
+        self.mask_positions = mask_positions
+
+    def inputs(self, x):
+        inputs = bert_inputs(super().inputs(x))
+        if self.mask_positions:
+            inputs["mask_positions"] = self.find_masks(inputs["token_ids"])
+        return inputs
+
+    def find_masks(self, token_ids):
+        """int32 `(batch, seq)` -> positions of `[MASK]` `(batch, max(1, most masks))`, 0-padded."""
+        is_mask = tf.equal(token_ids, self.tokenizer.token_to_id(MASK))
+        positions = tf.ragged.boolean_mask(
+            tf.broadcast_to(tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)), is_mask)
+        dense = positions.to_tensor(0)  # (batch, most masks in a row), width >= 1 below
+        return tf.pad(dense, [[0, 0], [0, tf.maximum(1 - tf.shape(dense)[1], 0)]])
+
+    def get_config(self):
+        config = super().get_config()
+        del config["prefix"], config["suffix"]
+        return {**config, "mask_positions": self.mask_positions}
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TranslatorPreprocessor(Preprocessor):
+    """Source texts (+ target texts) -> teacher-forcing inputs for a `Translator`.
+
+    `call(sources)` gives `{"encoder_token_ids"}`; `call(sources, targets)`
+    gives `({"encoder_token_ids", "decoder_token_ids"}, labels)`, all int32
+    `(batch, sequence_length)`, 0-padded: decoder inputs `[START] + target`,
+    labels `target + [END]`. `dataset` batches by length buckets.
+
+    Args:
+        source_tokenizer, target_tokenizer: `WordPieceTokenizer`s (the same
+            one for a shared vocabulary); the target one holds `[START]`, `[END]`.
+        sequence_length: int. Longest source / decoder sequence.
+
+    Example:
+
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["hola", "hello"])
+    >>> x, labels = TranslatorPreprocessor(tokenizer, tokenizer, 4)(["hello"], ["hola"])
+    >>> x["decoder_token_ids"].numpy().tolist(), labels.numpy().tolist()
+    ([[5, 7, 0, 0]], [[7, 6, 0, 0]])
+    """
+
+    def __init__(self, source_tokenizer, target_tokenizer=None, sequence_length=40, **kwargs):
+        super().__init__(sequence_length, **kwargs)
+        self.source_tokenizer = _tokenizer(source_tokenizer, "source_tokenizer")
+        self.target_tokenizer = _tokenizer(target_tokenizer or source_tokenizer, "target_tokenizer")
+
+    @property
+    def start_token_id(self):
+        return self.target_tokenizer.token_to_id(START)
+
+    @property
+    def end_token_id(self):
+        return self.target_tokenizer.token_to_id(END)
+
+    def is_raw(self, x):
+        return is_text(x)
+
+    def inputs(self, x):
+        return {"encoder_token_ids": self.source_tokenizer(x, self.sequence_length)}
+
+    def call(self, x, y=None, sample_weight=None):
+        inputs = self.inputs(x)
+        if y is None:
+            return keras.utils.pack_x_y_sample_weight(inputs, None, sample_weight)
+        target = self.target_tokenizer.tokenize(y)[:, : self.sequence_length - 1]
+        decoder, labels = self.teacher_forcing(target)
+        inputs["decoder_token_ids"] = decoder.to_tensor(0, shape=[None, self.sequence_length])
+        return keras.utils.pack_x_y_sample_weight(
+            inputs, labels.to_tensor(0, shape=[None, self.sequence_length]), sample_weight)
+
+    def teacher_forcing(self, target):
+        """Ragged target ids -> (`[START] + target`, `target + [END]`), ragged."""
+        batch = target.nrows()
+        start = tf.fill([batch, 1], self.start_token_id)
+        end = tf.fill([batch, 1], self.end_token_id)
+        return tf.concat([start, target], axis=1), tf.concat([target, end], axis=1)
+
+    def detokenize(self, token_ids):
+        """Generated target ids `(batch, length)` -> list of str."""
+        return [t.decode("utf-8") for t in self.target_tokenizer.detokenize(token_ids).numpy()]
+
+    def dataset(self, x, y=None, sample_weight=None, *, batch_size=32, shuffle=False, seed=0):
+        if y is None or isinstance(x, tf.data.Dataset) or sample_weight is not None:
+            return super().dataset(x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, seed=seed)
+        from kformer.data.translation import bucketed_dataset
+
+        return bucketed_dataset(self, list(_texts(x)), list(_texts(y)), batch_size, shuffle, seed)
+
+    def get_config(self):
+        shared = self.target_tokenizer is self.source_tokenizer
+        return {**super().get_config(),
+                "source_tokenizer": keras.saving.serialize_keras_object(self.source_tokenizer),
+                "target_tokenizer": None if shared else keras.saving.serialize_keras_object(self.target_tokenizer)}
+
+    @classmethod
+    def from_config(cls, config):
+        target = config.get("target_tokenizer")
+        return cls(**{**config, "source_tokenizer": _deserialize(config["source_tokenizer"]),
+                      "target_tokenizer": None if target is None else _deserialize(target)})
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class ImageClassifierPreprocessor(Preprocessor):
+    """Images of any size -> float32 `(batch, image_size, image_size, channels)`, pixels 0-255.
+
+    Resizes (bilinear) when the size differs and converts RGB <-> grayscale
+    to `channels`; the models rescale pixels themselves. Raw inputs: a uint8
+    or float array `(batch, h, w, c)` or `(h, w, c)`, or a list of such
+    images of different sizes.
+
+    Args:
+        image_size: int. Side of the square model input.
+        channels: int. 1 (grayscale) or 3 (RGB).
+
+    Example:
+
+    >>> import numpy as np
+    >>> ImageClassifierPreprocessor(28, 1).encode(np.zeros((2, 56, 40, 3), "uint8")).shape
+    (2, 28, 28, 1)
+    """
+
+    def __init__(self, image_size, channels=3, **kwargs):
+        kwargs.pop("sequence_length", None)
+        super().__init__(**kwargs)
+        if not isinstance(image_size, int) or image_size < 1:
+            raise ValueError(f"`image_size` must be a positive int. Received: image_size={image_size!r}")
+        if channels not in (1, 3):
+            raise ValueError(f"`channels` must be 1 or 3. Received: channels={channels!r}")
+        self.image_size, self.channels = image_size, channels
+
+    def is_raw(self, x):
+        if isinstance(x, (list, tuple)):
+            return len(x) > 0 and all(np.ndim(image) == 3 for image in x)
+        return isinstance(x, (np.ndarray, tf.Tensor)) and len(x.shape) in (3, 4)
+
+    def _raw_tensor(self, x):
+        if isinstance(x, (list, tuple)):  # images of different sizes: resize one by one
+            return tf.stack([self.inputs(tf.convert_to_tensor(image)[None])[0] for image in x])
+        x = tf.convert_to_tensor(x)
+        if x.shape.rank == 3:
+            x = x[None]
+        if x.shape.rank != 4 or x.shape[-1] not in (1, 3):
+            raise ValueError("`images` must be (batch, height, width, 1 or 3) or (height, width, 1 or 3). "
+                             f"Received: shape={tuple(x.shape)}")
+        return x
+
+    def inputs(self, x):
+        x = tf.cast(x, tf.float32)
+        size = [self.image_size, self.image_size]
+        if x.shape[1:3] != size:
+            x = tf.image.resize(x, size)
+        if self.channels == 1 and x.shape[-1] == 3:
+            x = tf.image.rgb_to_grayscale(x)
+        elif self.channels == 3 and x.shape[-1] == 1:
+            x = tf.image.grayscale_to_rgb(x)
+        return x
+
+    def dataset(self, x, y=None, sample_weight=None, *, batch_size=32, shuffle=False, seed=0,
+                augment=None):
+        """As `Preprocessor.dataset`; `augment` (a Keras preprocessing `Pipeline`) runs on training batches."""
+        ds = super().dataset(x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, seed=seed)
+        if augment is not None:
+            ds = ds.map(lambda x, *rest: (augment(x, training=True), *rest))
+        return ds
+
+    def get_config(self):
+        config = super().get_config()
+        del config["sequence_length"]
+        return {**config, "image_size": self.image_size, "channels": self.channels}
+
+
+def _texts(x):
+    return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in as_strings(x).numpy()]
+
+
+def _tokenizer(tokenizer, name):
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        raise ValueError(f"`{name}` must be a kformer WordPieceTokenizer. Received: {type(tokenizer).__name__}")
+    return tokenizer
+
+
+def _deserialize(config):
+    return config if isinstance(config, keras.layers.Layer) else keras.saving.deserialize_keras_object(config)

@@ -1,0 +1,132 @@
+"""The serving signatures of every task type: one table, read by export and warmup.
+
+`SIGNATURES[task.task_type]` lists a task's signatures: name, inputs
+(name -> dtype and shape), outputs, the endpoint factory and a warmup
+request. An endpoint factory takes the task, its preprocessor and the export
+options and returns a function of TensorFlow tensors that runs the task's own
+preprocessor, the model (and a decoding loop) in the graph. Only core
+TensorFlow ops: a plain `tensorflow` process and the stock TF Serving binary
+run them.
+"""
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from kformer.data.wordpiece import MASK
+
+Signature = collections.namedtuple("Signature", "name inputs outputs endpoint warmup")
+WARMUP_TEXTS = ["A warmup request.", "Ein [MASK] Satz."]
+LABEL_OUTPUTS = ("label", "label_id", "probabilities")
+
+
+def _labelled(logits, class_names):
+    probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+    label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+    return {"label": tf.gather(tf.constant(class_names), label_id), "label_id": label_id,
+            "probabilities": probabilities}
+
+
+def classify_text(task, preprocessor, options):
+    def classify(text):
+        return _labelled(task(preprocessor.inputs(text), training=False), options["class_names"])
+    return classify
+
+
+def translate(strategy):
+    def make(task, preprocessor, options):
+        from kformer.models.generate import decode_function
+
+        decode = decode_function(task, strategy=strategy, max_length=options["max_length"],
+                                 num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
+                                 end_token_id=preprocessor.end_token_id)
+
+        def translate_text(text):
+            source = preprocessor.inputs(text)["encoder_token_ids"]
+            return {"translation": preprocessor.target_tokenizer.detokenize(decode(source))}
+        return translate_text
+    return make
+
+
+def fill_mask(task, preprocessor, options):
+    """Text with [MASK] tokens -> top-k `tokens` / `scores` / `token_ids` `(batch, masks, k)`, `num_masks`."""
+    top_k = options["top_k"]
+    tokenizer = preprocessor.tokenizer
+    mask_id = tokenizer.token_to_id(MASK)
+
+    def fill(text):
+        inputs = preprocessor.inputs(text)
+        if "mask_positions" not in inputs:
+            inputs["mask_positions"] = preprocessor.find_masks(inputs["token_ids"])
+        valid = tf.equal(tf.gather(inputs["token_ids"], inputs["mask_positions"], batch_dims=1), mask_id)
+        logits = task(inputs, training=False)["mlm_logits"]
+        scores, token_ids = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32)), top_k)
+        tokens = tf.where(valid[:, :, None], tokenizer.id_to_token(token_ids), "")
+        return {"tokens": tokens, "scores": tf.where(valid[:, :, None], scores, 0.0),
+                "token_ids": tf.where(valid[:, :, None], token_ids, -1),
+                "num_masks": tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)}
+    return fill
+
+
+def classify_images(task, preprocessor, options):
+    def classify(images):
+        return _labelled(task(preprocessor.inputs(images), training=False), options["class_names"])
+    return classify
+
+
+def classify_image_bytes(task, preprocessor, options):
+    shape = [preprocessor.image_size, preprocessor.image_size, preprocessor.channels]
+
+    def decode(image_bytes):
+        image = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+        return preprocessor.inputs(image[None])[0]
+
+    def classify(image_bytes):
+        images = tf.map_fn(decode, image_bytes, fn_output_signature=tf.TensorSpec(shape, tf.float32))
+        return _labelled(task(images, training=False), options["class_names"])
+    return classify
+
+
+def _png():
+    return np.array([tf.io.encode_png(np.zeros((32, 32, 3), np.uint8)).numpy()], dtype=object)
+
+
+TEXT = {"text": (tf.string, [None])}
+TEXT_WARMUP = lambda: {"text": np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)}  # noqa: E731
+SIGNATURES = {
+    "text_classification": (
+        Signature("serving_default", TEXT, LABEL_OUTPUTS, classify_text, TEXT_WARMUP),),
+    "translation": (
+        Signature("serving_default", TEXT, ("translation",), translate("greedy"), TEXT_WARMUP),
+        Signature("translate_beam", TEXT, ("translation",), translate("beam"), TEXT_WARMUP)),
+    "fill_mask": (
+        Signature("serving_default", TEXT, ("tokens", "scores", "token_ids", "num_masks"), fill_mask, TEXT_WARMUP),
+        Signature("fill_mask", TEXT, ("tokens", "scores", "token_ids", "num_masks"), fill_mask, TEXT_WARMUP)),
+    "image_classification": (
+        Signature("serving_default", {"image_bytes": (tf.string, [None])}, LABEL_OUTPUTS,
+                  classify_image_bytes, lambda: {"image_bytes": _png()}),
+        Signature("classify_images", {"images": (tf.uint8, [None, None, None, 3])}, LABEL_OUTPUTS,
+                  classify_images, lambda: {"images": np.zeros((1, 32, 32, 3), np.uint8)})),
+}
+
+
+def signatures_of(task_type):
+    """The `Signature`s of `task_type`; a ValueError names an unknown one."""
+    if task_type not in SIGNATURES:
+        raise ValueError(f"No serving signatures for task type {task_type!r}; known: {sorted(SIGNATURES)}.")
+    return SIGNATURES[task_type]
+
+
+def write_saved_model(task, preprocessor, options, directory):
+    """Trace the task's endpoints and write the SavedModel into `directory` (TF backend only)."""
+    import keras
+
+    archive = keras.export.ExportArchive()
+    archive.track(task)
+    archive.track(preprocessor)
+    for signature in signatures_of(task.task_type):
+        specs = [tf.TensorSpec(shape, dtype, name=name) for name, (dtype, shape) in signature.inputs.items()]
+        archive.add_endpoint(signature.name, signature.endpoint(task, preprocessor, options),
+                             input_signature=specs)
+    archive.write_out(str(directory), verbose=False)

@@ -1,0 +1,181 @@
+"""Task models: functional `keras.Model`s that own their parts and a preprocessor.
+
+A task subclass builds its layers, calls them on `keras.Input`s, calls
+`super().__init__(inputs=..., outputs=...)`, then keeps its parts and
+constructor arguments as attributes (`get_config` reads them back by the
+constructor's signature, so `.keras` files rebuild the task with no custom
+code). With a preprocessor attached, `fit`, `evaluate` and `predict` also take
+raw inputs (strings, images): the preprocessor runs in a tf.data pipeline on
+every backend. `task_type` names the serving signatures `kformer.export`
+writes for the task.
+"""
+
+import inspect
+
+import keras
+import numpy as np
+from keras import ops
+
+_NOT_CONFIG = ("self", "args", "kwargs", "preprocessor", "backbone")
+
+
+class Backbone(keras.Model):
+    """Base of a functional model whose config is its constructor arguments."""
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        for key in inspect.signature(type(self).__init__).parameters:
+            if key not in _NOT_CONFIG:
+                value = getattr(self, key)
+                config[key] = list(value) if isinstance(value, (list, tuple)) else value
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+class Task(Backbone):
+    """Base of the kformer task models (`Translator`, `TextClassifier`, ...).
+
+    Attributes:
+        preprocessor: the task's preprocessor (`kformer.data.preprocessors`),
+            or None (then the task takes model inputs only). Every subclass
+            sets it (`check_preprocessor`).
+        task_type: str. The serving task (`kformer.export.SIGNATURES` key).
+    """
+
+    task_type = None
+
+    def get_config(self):
+        config = super().get_config()
+        for key in ("backbone", "preprocessor"):
+            if key in inspect.signature(type(self).__init__).parameters:
+                value = getattr(self, key)
+                config[key] = None if value is None else keras.saving.serialize_keras_object(value)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("preprocessor"), dict):
+            import kformer.data.preprocessors  # noqa: F401  (registers the preprocessor classes)
+        for key in ("backbone", "preprocessor"):
+            if isinstance(config.get(key), dict):
+                config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
+
+    def validate_preprocessor(self, preprocessor=None):
+        """Raise a ValueError if `preprocessor` (default: the task's) does not fit this model.
+
+        Subclasses check that tokenizers do not emit ids past the model's
+        vocabulary and that sequence lengths / image sizes match its inputs.
+        """
+
+    def _raw(self, x):
+        preprocessor = getattr(self, "preprocessor", None)
+        return preprocessor is not None and preprocessor.is_raw(x)
+
+    def _require_preprocessor(self, what):
+        if getattr(self, "preprocessor", None) is None:
+            raise ValueError(f"`{what}` needs a preprocessor: build the task with `preprocessor=...` "
+                             f"or load it with `kformer.models.load`. Received: {type(self).__name__}"
+                             f"(preprocessor=None)")
+        return self.preprocessor
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+            validation_split=0.0, validation_data=None, shuffle=True, sample_weight=None, **kwargs):
+        if self._raw(x):
+            if validation_split:
+                raise ValueError("`validation_split` is not supported with raw inputs: pass "
+                                 f"`validation_data=(x, y)`. Received: validation_split={validation_split}")
+            x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32,
+                                          shuffle=shuffle)
+            y = sample_weight = batch_size = None
+        if isinstance(validation_data, tuple) and self._raw(validation_data[0]):
+            validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                           callbacks=callbacks, validation_split=validation_split,
+                           validation_data=validation_data, shuffle=shuffle,
+                           sample_weight=sample_weight, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        if self._raw(x):
+            x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32)
+            y = sample_weight = batch_size = None
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        if self._raw(x):
+            x = self.preprocessor.encode(x)
+        return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
+                               callbacks=callbacks)
+
+    def predict_on_batch(self, x):
+        if self._raw(x):
+            x = self.preprocessor.encode(x)
+        return super().predict_on_batch(x)
+
+
+class ClassifierTask(Task):
+    """A classifier: calling it gives logits; `predict` gives probabilities.
+
+    `class_names` (optional list of str) names the classes for
+    `predict_labels` and the exported `label` output.
+    """
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        return _softmax(super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
+                                        callbacks=callbacks))
+
+    def predict_on_batch(self, x):
+        return _softmax(super().predict_on_batch(x))
+
+    def predict_labels(self, x, batch_size=None):
+        """Raw or model inputs -> the most probable class per example (its name, or its id)."""
+        ids = ops.convert_to_numpy(ops.argmax(self.predict(x, batch_size=batch_size, verbose=0), axis=-1))
+        names = self.class_names
+        return [names[i] if names else int(i) for i in ids]
+
+
+def check_tokenizer_fits(preprocessor, attribute, vocabulary_size):
+    """A ValueError when `preprocessor.<attribute>` has more tokens than the model's embedding rows."""
+    size = getattr(preprocessor, attribute).vocabulary_size
+    if size > vocabulary_size:
+        raise ValueError(f"The preprocessor's `{attribute}` has {size} tokens, but the model's vocabulary "
+                         f"holds {vocabulary_size}: ids >= {vocabulary_size} would index past its "
+                         f"embedding. Received: {attribute}.vocabulary_size={size}, "
+                         f"model vocabulary_size={vocabulary_size}")
+
+
+def check_length_fits(preprocessor, limit, exact=False):
+    """A ValueError when `preprocessor.sequence_length` exceeds (or, `exact`, differs from) `limit`."""
+    length = preprocessor.sequence_length
+    if (length != limit) if exact else (length > limit):
+        raise ValueError(f"The preprocessor's `sequence_length` must be {'equal to' if exact else 'at most'} "
+                         f"the model's sequence_length={limit}. Received: sequence_length={length}")
+
+
+def _softmax(logits):
+    logits = np.asarray(ops.convert_to_numpy(logits), "float32")
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def check_preprocessor(preprocessor):
+    """None, or an object with the preprocessor interface (`is_raw`, `encode`, `dataset`)."""
+    if preprocessor is not None and not all(hasattr(preprocessor, a) for a in ("is_raw", "encode", "dataset")):
+        raise ValueError("`preprocessor` must be a kformer preprocessor (kformer.data.preprocessors) "
+                         f"or None. Received: {type(preprocessor).__name__}")
+    return preprocessor
+
+
+def check_class_names(class_names, num_classes):
+    """None, or a list of `num_classes` distinct strings."""
+    if class_names is None:
+        return None
+    if (not isinstance(class_names, (list, tuple)) or len(class_names) != num_classes
+            or not all(isinstance(c, str) for c in class_names)):
+        raise ValueError(f"`class_names` must be {num_classes} strings (one per class). "
+                         f"Received: class_names={class_names!r}")
+    return list(class_names)
