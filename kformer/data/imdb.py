@@ -23,7 +23,16 @@ _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
 def clean_text(text):
-    """Replace the HTML line breaks (`<br />`) of the raw reviews by spaces."""
+    """Replace the HTML line breaks (`<br />`) of the raw reviews by spaces.
+
+    Args:
+        text: str. A raw review.
+
+    Example:
+
+    >>> clean_text("Great.<br /><br />Really  great.")
+    'Great. Really great.'
+    """
     return " ".join(_BREAK.sub(" ", text).split())
 
 
@@ -31,6 +40,11 @@ def load_split(split, data_dir=None, max_examples=None):
     """Read one split: returns (texts: list[str], labels: int32 array).
 
     With `max_examples`, a fixed class-balanced subset, in file order.
+
+    Args:
+        split: str. `"train"`, `"test"` or `"unsup"` (the 50k unlabeled reviews, label -1).
+        data_dir: path. Holds `imdb/<split>.jsonl.gz`. Defaults to the bundled sample.
+        max_examples: int. Keep at most this many reviews. Defaults to all.
 
     Raises a ValueError naming the path when the file is missing or not the
     expected gzip JSON Lines.
@@ -70,6 +84,18 @@ def load_split_tfds(split, max_examples=None):
 
     `split` is one of `SPLITS` ("unsup" reads TFDS's "unsupervised", whose
     labels are -1). Returns (texts: list[str], labels: int32 array).
+
+    Args:
+        split: str. `"train"`, `"test"` or `"unsup"`.
+        max_examples: int. Keep at most this many. Defaults to all.
+
+    Example:
+
+    >>> import tensorflow_datasets as tfds
+    >>> with tfds.testing.mock_data(num_examples=3):
+    ...     texts, labels = load_split_tfds("train")
+    >>> len(texts)
+    3
     """
     check_one_of("split", split, SPLITS)
     check_max_examples(max_examples)
@@ -93,7 +119,24 @@ def load_split_tfds(split, max_examples=None):
 
 
 def train_validation_split(texts, labels, validation_fraction=0.1, seed=0):
-    """Shuffle with a fixed seed and carve a validation split off the end."""
+    """Shuffle with a fixed seed and carve a validation split off the end.
+
+    Args:
+        texts: list of str.
+        labels: int array `(n,)`.
+        validation_fraction: float in (0, 1). Defaults to `0.1`.
+        seed: int. Defaults to `0`.
+
+    Returns:
+        `((train_texts, train_labels), (validation_texts, validation_labels))`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> (train, _), (validation, _) = train_validation_split(list("abcdefghij"), np.arange(10))
+    >>> len(train), len(validation)
+    (9, 1)
+    """
     if not 0.0 < validation_fraction < 1.0:
         raise ValueError(
             f"`validation_fraction` must be in (0, 1). Received: validation_fraction={validation_fraction}"

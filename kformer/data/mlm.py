@@ -27,7 +27,16 @@ _SENTENCE_END = re.compile(r"([.!?]+[\"')\]]*)\s+")  # ". " "?! " '." ' ends a s
 
 
 def split_sentences(text):
-    """Split on `.`, `!` or `?` (plus closing quotes) followed by whitespace: str -> list[str]."""
+    """Split on `.`, `!` or `?` (plus closing quotes) followed by whitespace: str -> list[str].
+
+    Args:
+        text: str.
+
+    Example:
+
+    >>> split_sentences('Great film! Did I like it? Yes.')
+    ['Great film!', 'Did I like it?', 'Yes.']
+    """
     return [s for s in _SENTENCE_END.sub("\\1\n", text.strip()).split("\n") if s.strip()]
 
 
@@ -54,6 +63,14 @@ def segment_pairs(texts, tokenizer, sequence_length, seed=0):
         Dict of numpy arrays: `token_ids` int32 `(n, sequence_length)`, 0-padded;
         `segment_ids` int32 `(n, sequence_length)`, 0 on `[CLS] A [SEP]` and
         padding, 1 on `B [SEP]`; `nsp_labels` int32 `(n,)`.
+
+    Example:
+
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["good", "bad", "."])
+    >>> pairs = segment_pairs(["Good. Bad. Good.", "Bad. Bad."], tokenizer, sequence_length=8)
+    >>> pairs["token_ids"].shape[1], bool(pairs["token_ids"][0, 0] == tokenizer.ids["[CLS]"])
+    (8, True)
     """
     if sequence_length < 5:
         raise ValueError(f"`sequence_length` must be >= 5. Received: sequence_length={sequence_length}")
@@ -132,6 +149,15 @@ def masking_args(tokenizer):
     """`{"vocabulary_size", "num_special", "mask_id"}` for `mask_tokens`, checked against `tokenizer`.
 
     The special tokens must hold the first ids (true of learned vocabularies).
+
+    Args:
+        tokenizer: `WordPieceTokenizer`.
+
+    Example:
+
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> masking_args(WordPieceTokenizer(list(SPECIAL_TOKENS) + ["good"]))
+    {'vocabulary_size': 8, 'num_special': 7, 'mask_id': 4}
     """
     special = [tokenizer.ids[t] for t in wordpiece.SPECIAL_TOKENS]
     if sorted(special) != list(range(len(special))):
@@ -141,7 +167,17 @@ def masking_args(tokenizer):
 
 
 def default_max_masks(sequence_length, mask_rate=0.15):
-    """`ceil(mask_rate * sequence_length)`: 20 for 128, as in BERT."""
+    """`ceil(mask_rate * sequence_length)`: 20 for 128, as in BERT.
+
+    Args:
+        sequence_length: int.
+        mask_rate: float. Defaults to `0.15`.
+
+    Example:
+
+    >>> default_max_masks(128)
+    20
+    """
     return max(1, int(np.ceil(mask_rate * sequence_length)))
 
 
@@ -166,6 +202,14 @@ def mask_tokens(token_ids, vocabulary_size, num_special, mask_id, rng, mask_rate
         mask_ids int32 (n, max_masks), mask_weights float32 (n, max_masks))`.
         Positions are ascending then 0-padded; `mask_ids` are the original
         tokens (the labels); `mask_weights` is 1 for a real mask, 0 for padding.
+
+    Example:
+
+    >>> import numpy as np
+    >>> ids = np.array([[2, 10, 11, 12, 13, 3, 0, 0]])
+    >>> masked, positions, labels, weights = mask_tokens(ids, 20, 7, 4, np.random.default_rng(0), max_masks=2)
+    >>> positions.shape, int(weights.sum()), bool(np.all(labels[weights > 0] == ids[0, positions[weights > 0]]))
+    ((1, 2), 1, True)
     """
     token_ids = np.asarray(token_ids)
     n, length = token_ids.shape
@@ -215,6 +259,16 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
         shuffle: bool. Reshuffle the pairs every epoch. Defaults to `False`.
         seed: int. Seed of shuffling and masking. Defaults to `0`.
         dynamic_masking: bool. Defaults to `True`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> arrays = {"token_ids": np.full((4, 8), 9, "int32"), "segment_ids": np.zeros((4, 8), "int32"),
+    ...           "nsp_labels": np.zeros(4, "int32")}
+    >>> x, y, weights = next(iter(make_pretraining_dataset(arrays, 2, vocabulary_size=20, num_special=7,
+    ...                                                    mask_id=4)))
+    >>> sorted(x), tuple(y["mlm_logits"].shape)
+    (['mask_positions', 'padding_mask', 'segment_ids', 'token_ids'], (2, 2))
     """
     import tensorflow as tf
 
@@ -255,6 +309,17 @@ def masked_accuracy(mask_ids, mlm_logits, mask_weights):
 
     In `compile`, `weighted_metrics={"mlm_logits": ["sparse_categorical_accuracy"]}`
     computes the same during `fit`/`evaluate`.
+
+    Args:
+        mask_ids: int `(n, m)`. The original tokens at the masked positions.
+        mlm_logits: float `(n, m, vocab)`.
+        mask_weights: float `(n, m)`. 1 for a real mask, 0 for padding.
+
+    Example:
+
+    >>> import numpy as np
+    >>> masked_accuracy([[1, 2]], np.eye(3)[None, [1, 0]], [[1.0, 0.0]])  # the padded slot is ignored
+    1.0
     """
     hits = np.argmax(np.asarray(mlm_logits), axis=-1) == np.asarray(mask_ids)
     weights = np.asarray(mask_weights, "float64")

@@ -18,12 +18,27 @@ _NO_AUTOTUNE.autotune.enabled = False  # avoids tf.data's shutdown stall after f
 
 
 def data_options():
-    """`tf.data.Options` for every kformer pipeline (autotune off: no stall after `fit`)."""
+    """`tf.data.Options` for every kformer pipeline (autotune off: no stall after `fit`).
+
+    Example:
+
+    >>> data_options().autotune.enabled
+    False
+    """
     return _NO_AUTOTUNE
 
 
 def is_text(x):
-    """True for a str, a list/tuple of str, a numpy string array or a tf.string tensor."""
+    """True for a str, a list/tuple of str, a numpy string array or a tf.string tensor.
+
+    Args:
+        x: anything a task's `fit` / `predict` may receive.
+
+    Example:
+
+    >>> is_text(["A fine film."]), is_text(np.zeros((1, 4), "int32"))
+    (True, False)
+    """
     if isinstance(x, str):
         return True
     if isinstance(x, (list, tuple)):
@@ -39,7 +54,17 @@ def is_text(x):
 
 
 def as_strings(x, name="x"):
-    """str / list / array of texts -> tf.string `[batch]`; a clear error for anything else."""
+    """str / list / array of texts -> tf.string `[batch]`; a clear error for anything else.
+
+    Args:
+        x: str, list of str, or a 1-D string array / tensor.
+        name: str. The argument's name, for the message. Defaults to `"x"`.
+
+    Example:
+
+    >>> as_strings("one text").numpy().tolist()
+    [b'one text']
+    """
     if isinstance(x, str):
         x = [x]
     tensor = tf.convert_to_tensor(np.asarray(x, dtype=object) if isinstance(x, (list, tuple)) else x)
@@ -50,7 +75,18 @@ def as_strings(x, name="x"):
 
 
 def bert_inputs(token_ids, segment_ids=None):
-    """The BERT input dict from packed ids `(batch, seq)`: padding mask = id != 0."""
+    """The BERT input dict from packed ids `(batch, seq)`: padding mask = id != 0.
+
+    Args:
+        token_ids: int `(batch, seq)`, 0 = padding.
+        segment_ids: int `(batch, seq)`, or None for all zeros.
+
+    Example:
+
+    >>> inputs = bert_inputs([[2, 9, 3, 0]])
+    >>> inputs["padding_mask"].numpy().tolist(), inputs["segment_ids"].numpy().tolist()
+    ([[True, True, True, False]], [[0, 0, 0, 0]])
+    """
     token_ids = tf.cast(token_ids, tf.int32)
     segment_ids = tf.zeros_like(token_ids) if segment_ids is None else tf.cast(segment_ids, tf.int32)
     return {"token_ids": token_ids, "segment_ids": segment_ids,
@@ -60,9 +96,16 @@ def bert_inputs(token_ids, segment_ids=None):
 class Preprocessor(keras.layers.Layer):
     """Base class: `preprocessor(x, y=None, sample_weight=None)` -> packed model inputs.
 
-    Subclasses implement `call` in TensorFlow ops (traceable in tf.data and
-    `tf.function`) and `is_raw`. `encode` runs `call` eagerly (compiled) and
-    returns numpy; `dataset` builds the batched tf.data pipeline `fit` uses.
+    Subclasses implement `inputs(x)` (raw batch -> model inputs) in
+    TensorFlow ops (traceable in tf.data and `tf.function`) and `is_raw`.
+    `encode` runs it eagerly (compiled) and returns numpy; `dataset` builds
+    the batched tf.data pipeline `fit` uses.
+
+    Args:
+        sequence_length: int >= 2, or None (image preprocessors).
+        **kwargs: Passed to `keras.layers.Layer` (`name`, ...).
+
+    Example: see `TextClassifierPreprocessor`.
     """
 
     def __init__(self, sequence_length=None, **kwargs):

@@ -9,6 +9,17 @@ def balanced_order(labels, seed=0):
     Every prefix of the returned order holds each class equally often (to
     within one) until the rarest class runs out, so `order[:n]` is a balanced
     subset. Returns int64 indices `(n,)`.
+
+    Args:
+        labels: int array `(n,)`.
+        seed: int. Defaults to `0`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> labels = np.array([0, 0, 0, 1, 1, 1])
+    >>> sorted(labels[balanced_order(labels)[:4]].tolist())
+    [0, 0, 1, 1]
     """
     labels = np.asarray(labels)
     order = np.random.default_rng(seed).permutation(len(labels))

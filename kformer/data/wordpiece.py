@@ -30,6 +30,14 @@ def normalize(texts):
     """Lower-case and put spaces around punctuation: tf.string [...] -> same shape.
 
     "[MASK]" (any case) stays one word, so fill-mask requests can use it.
+
+    Args:
+        texts: tf.string tensor (any shape) or str.
+
+    Example:
+
+    >>> normalize("Great, [mask]!").numpy().decode().split()
+    ['great', ',', '[MASK]', '!']
     """
     texts = tf.strings.lower(texts, encoding="utf-8")
     texts = tf.strings.regex_replace(texts, r"[\p{Cc}\p{Cf}]", " ")  # control/format chars

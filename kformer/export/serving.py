@@ -27,8 +27,16 @@ from kformer.export.versioning import write_new_version
 def export_for_serving(task, export_dir, *, version=None, **options):
     """Write `export_dir/<version>/` (the next free integer by default) atomically.
 
-    Never overwrites an existing version. `options` are those of
-    `save_for_serving`. Returns the version directory.
+    Never overwrites an existing version.
+
+    Args:
+        task: a kformer task with its preprocessor (see `save_for_serving`).
+        export_dir: path. The model's base folder, as TF Serving watches it.
+        version: int >= 1, or None for the next free one.
+        **options: those of `save_for_serving`.
+
+    Returns:
+        The version directory (`pathlib.Path`).
 
     Example:
 
@@ -62,6 +70,14 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
 
     Returns:
         `directory` (a `pathlib.Path`).
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> from kformer import models
+    >>> path = save_for_serving(models.vit(preset="vit_tiny"), pathlib.Path(tempfile.mkdtemp()) / "vit")
+    >>> (path / "saved_model.pb").is_file()
+    True
     """
     preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name)
     directory = pathlib.Path(directory)

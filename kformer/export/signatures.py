@@ -17,6 +17,20 @@ import tensorflow as tf
 from kformer.data.wordpiece import MASK
 
 Signature = collections.namedtuple("Signature", "name inputs outputs endpoint warmup")
+Signature.__doc__ = """One serving signature of a task type.
+
+Args:
+    name: str. The signature name (`serving_default`, `translate_beam`, ...).
+    inputs: dict input name -> (tf dtype, shape).
+    outputs: tuple of output names.
+    endpoint: callable `(task, preprocessor, options) -> fn(*inputs) -> dict of outputs`.
+    warmup: callable `() -> {input name: numpy array}`, one real request.
+
+Example:
+
+>>> [s.name for s in SIGNATURES["translation"]]
+['serving_default', 'translate_beam']
+"""
 WARMUP_TEXTS = ["A warmup request.", "Ein [MASK] Satz."]
 LABEL_OUTPUTS = ("label", "label_id", "probabilities")
 
@@ -112,7 +126,16 @@ SIGNATURES = {
 
 
 def signatures_of(task_type):
-    """The `Signature`s of `task_type`; a ValueError names an unknown one."""
+    """The `Signature`s of `task_type`; a ValueError names an unknown one.
+
+    Args:
+        task_type: str. A task class's `task_type` (`"text_classification"`, ...).
+
+    Example:
+
+    >>> [s.name for s in signatures_of("image_classification")]
+    ['serving_default', 'classify_images']
+    """
     if task_type not in SIGNATURES:
         raise ValueError(f"No serving signatures for task type {task_type!r}; known: {sorted(SIGNATURES)}.")
     return SIGNATURES[task_type]

@@ -7,7 +7,19 @@ import tempfile
 
 
 def next_version(base_dir):
-    """Smallest integer version above every existing `base_dir/<int>` (1 if none)."""
+    """Smallest integer version above every existing `base_dir/<int>` (1 if none).
+
+    Args:
+        base_dir: path.
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> base = pathlib.Path(tempfile.mkdtemp())
+    >>> (base / "3").mkdir()
+    >>> next_version(base)
+    4
+    """
     base_dir = pathlib.Path(base_dir)
     versions = [int(p.name) for p in base_dir.glob("*") if p.is_dir() and p.name.isdigit()]
     return max(versions, default=0) + 1
@@ -20,6 +32,18 @@ def write_new_version(base_dir, write, version=None):
     version is never overwritten: if another writer takes the number first,
     the next free one is used. With an explicit `version`, an existing one is
     an error. Returns the final path.
+
+    Args:
+        base_dir: path. Created if missing.
+        write: callable `(tmp_dir: pathlib.Path) -> None` that fills the version.
+        version: int >= 1, or None for the next free one.
+
+    Example:
+
+    >>> import tempfile, pathlib
+    >>> base = pathlib.Path(tempfile.mkdtemp())
+    >>> write_new_version(base, lambda tmp: (tmp / "model.txt").write_text("weights")).name
+    '1'
     """
     base_dir = pathlib.Path(base_dir)
     if version is not None:

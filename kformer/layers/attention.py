@@ -55,6 +55,15 @@ class MultiHeadAttention(keras.layers.Layer):
     Returns:
         `(batch, q_len, output_dim)`; with `cache`, `(output, cache)`; with
         scores, the scores are appended last.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype("float32")
+    >>> attention = MultiHeadAttention(num_heads=4, key_dim=4)
+    >>> out, scores = attention(x, x, use_causal_mask=True, return_attention_scores=True)
+    >>> tuple(out.shape), tuple(scores.shape)
+    ((2, 5, 16), (2, 4, 5, 5))
     """
 
     def __init__(

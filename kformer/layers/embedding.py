@@ -40,6 +40,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     Returns:
         `(batch, seq, hidden_dim)`, or logits `(batch, seq, vocabulary_size)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> embedding = TokenAndPositionEmbedding(100, 16, 8, mask_zero=True)
+    >>> hidden = embedding(np.array([[5, 6, 0]]))
+    >>> tuple(hidden.shape), tuple(embedding(hidden, reverse=True).shape)
+    ((1, 3, 8), (1, 3, 100))
     """
 
     def __init__(
@@ -160,6 +168,12 @@ class PatchEmbedding(keras.layers.Layer):
     Returns:
         `(batch, 1 + patches, hidden_dim)` (`(batch, patches, hidden_dim)`
         without the class token), `patches = (height / p) * (width / p)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(PatchEmbedding(patch_size=4, hidden_dim=8)(np.zeros((2, 16, 16, 3))).shape)
+    (2, 17, 8)
     """
 
     def __init__(self, patch_size, hidden_dim, use_class_token=True, **kwargs):

@@ -23,6 +23,12 @@ class FeedForward(keras.layers.Layer):
 
     Returns:
         `(batch, seq, output_dim)`; the input mask is passed through.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(FeedForward(intermediate_dim=32)(np.zeros((2, 5, 8))).shape)
+    (2, 5, 8)
     """
 
     def __init__(

@@ -11,6 +11,20 @@ def causal_mask(query_length, key_length, start_index=0):
 
     Query `i` sits at absolute position `start_index + i` and may attend keys
     `j <= start_index + i` (decoding with a cache continues from `start_index`).
+
+    Args:
+        query_length: int or scalar tensor. Number of queries.
+        key_length: int or scalar tensor. Number of keys.
+        start_index: int or scalar tensor. Absolute position of query 0. Defaults to `0`.
+
+    Returns:
+        bool `(1, query_length, key_length)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> np.asarray(causal_mask(3, 3)).astype(int)[0].tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
     rows = ops.expand_dims(ops.arange(query_length, dtype="int32"), 1) + ops.cast(
         start_index, "int32"
@@ -27,6 +41,13 @@ def merge_masks(query_mask=None, key_mask=None, attention_mask=None, causal=None
         key_mask: `(batch, k_len)` padding mask of the keys, or None.
         attention_mask: explicit `(batch, q_len, k_len)` mask, or None.
         causal: `(1, q_len, k_len)` mask from `causal_mask`, or None.
+
+    Example:
+
+    >>> import numpy as np
+    >>> merged = merge_masks(key_mask=np.array([[True, True, False]]), causal=causal_mask(3, 3))
+    >>> np.asarray(merged).astype(int)[0].tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 0]]
     """
     merged = None
     for mask in (
@@ -45,9 +66,21 @@ def merge_masks(query_mask=None, key_mask=None, attention_mask=None, causal=None
 def allow_empty_rows(attention_mask):
     """Open every fully-masked row, so softmax never sees only -inf.
 
-    Queries with no visible key (a padded query, an all-padding example) then
-    attend uniformly, exactly as `keras.layers.MultiHeadAttention` does, and no
-    backend returns NaN for them.
+    Queries with no visible key (a padded query, an all-padding example) may
+    then attend every key (uniformly, as in `keras.layers.MultiHeadAttention`),
+    and no backend returns NaN for them.
+
+    Args:
+        attention_mask: bool `(batch, q_len, k_len)`.
+
+    Returns:
+        bool `(batch, q_len, k_len)`: rows with no True become all True.
+
+    Example:
+
+    >>> import numpy as np
+    >>> np.asarray(allow_empty_rows(np.array([[[True, False], [False, False]]]))).astype(int).tolist()
+    [[[1, 0], [1, 1]]]
     """
     has_key = ops.any(attention_mask, axis=-1, keepdims=True)
     return ops.logical_or(attention_mask, ops.logical_not(has_key))

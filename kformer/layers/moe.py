@@ -39,6 +39,14 @@ class MixtureOfExperts(keras.layers.Layer):
 
     Returns:
         `(batch, seq, dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> moe = MixtureOfExperts(num_experts=4, intermediate_dim=16, top_k=2)
+    >>> out = moe(np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32"))
+    >>> tuple(out.shape), len(moe.losses)  # the load-balancing loss is added
+    ((2, 6, 8), 1)
     """
 
     def __init__(

@@ -14,6 +14,13 @@ class ClassTokenPooling(keras.layers.Layer):
 
     Returns:
         `(batch, dim)`; the sequence mask is consumed.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.arange(12, dtype="float32").reshape(1, 3, 4)
+    >>> np.asarray(ClassTokenPooling()(x)).tolist()
+    [[0.0, 1.0, 2.0, 3.0]]
     """
 
     def call(self, inputs, mask=None):
@@ -37,6 +44,13 @@ class MaskedMeanPooling(keras.layers.Layer):
 
     Returns:
         `(batch, dim)`; the sequence mask is consumed.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[[1.0], [3.0], [100.0]]], "float32")
+    >>> np.asarray(MaskedMeanPooling()(x, mask=np.array([[True, True, False]]))).tolist()
+    [[2.0]]
     """
 
     def call(self, inputs, mask=None):

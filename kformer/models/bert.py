@@ -40,7 +40,7 @@ class BertBackbone(Backbone):
     ...                         intermediate_dim=32, num_layers=1)
     >>> ids = np.ones((2, 8), "int32")
     >>> out = backbone({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0})
-    >>> out["sequence_output"].shape, out["pooled_output"].shape
+    >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
     ((2, 8, 16), (2, 16))
     """
 
@@ -236,6 +236,11 @@ class OutputBias(keras.layers.Layer):
 def mini_bert(**kwargs):
     """Build a `BertBackbone`: `mini_bert(preset="bert_tiny", vocabulary_size=8000, sequence_length=128)`.
 
+    Args:
+        preset: str. `"bert_tiny"`, `"bert_mini"`, `"bert_small"` or `"bert_base"`.
+        **kwargs: `BertBackbone` arguments; they replace the preset's
+            (`max_sequence_length` is the old name of `sequence_length`).
+
     Example:
 
     >>> mini_bert(preset="bert_tiny", vocabulary_size=100, sequence_length=16).hidden_dim
@@ -247,6 +252,11 @@ def mini_bert(**kwargs):
 def mini_bert_pretraining(backbone, preprocessor=None, **kwargs):
     """`BertPretrainer(backbone, preprocessor=preprocessor)`: masked-LM + next-sentence heads.
 
+    Args:
+        backbone: `BertBackbone`.
+        preprocessor: `BertPreprocessor(..., mask_positions=True)` or None.
+        **kwargs: Passed to `BertPretrainer` (`name`).
+
     Example:
 
     >>> mini_bert_pretraining(mini_bert(preset="bert_tiny", vocabulary_size=100)).output["mlm_logits"].shape
@@ -257,6 +267,12 @@ def mini_bert_pretraining(backbone, preprocessor=None, **kwargs):
 
 def mini_bert_classifier(backbone, num_classes, dropout=0.1, **kwargs):
     """`BertTextClassifier(backbone, num_classes, dropout)`: a fine-tuning head on `pooled_output`.
+
+    Args:
+        backbone: `BertBackbone` (e.g. the pretrained one).
+        num_classes: int >= 2.
+        dropout: float. Defaults to `0.1`.
+        **kwargs: Passed to `BertTextClassifier` (`class_names`, `preprocessor`, `name`).
 
     Example:
 

@@ -218,12 +218,35 @@ def generate(
 
     Each row holds the generated tokens after `start_token_id`, through the
     first `end_token_id`, then 0 (padding). Decoding stops early once every
-    row has ended. `strategy`: "greedy", "beam" (`num_beams`, GNMT
-    `length_penalty`), "top_k" (`k`) or "top_p" (nucleus, `p`), the latter
-    two with `temperature` and `seed` (uniforms drawn with numpy, so the same
-    seed samples the same tokens on every backend). `use_cache=False`
-    re-runs the decoder over the whole output buffer each step (the slow
-    reference; not with beam search).
+    row has ended. The loop is compiled once per setting (XLA on TensorFlow
+    and JAX) and reused.
+
+    Args:
+        model: a `Translator`.
+        encoder_token_ids: int `(batch, src_len)`, 0 = padding.
+        max_length: int. Most generated tokens.
+        start_token_id, end_token_id: ints. The target `[START]` / `[END]` ids.
+        strategy: `"greedy"`, `"beam"`, `"top_k"` or `"top_p"`. Defaults to `"greedy"`.
+        num_beams: int. Beam width. Defaults to `4`.
+        length_penalty: float. GNMT alpha: scores / ((5 + len) / 6)^alpha. Defaults to `0.6`.
+        k: int. Top-k sampling. Defaults to `50`.
+        p: float. Top-p (nucleus) mass. Defaults to `0.9`.
+        temperature: float. Sampling temperature. Defaults to `1.0`.
+        seed: int. Sampling uniforms are drawn with numpy from it, so the same
+            seed samples the same tokens on every backend.
+        use_cache: bool. `False` re-runs the decoder over the whole output
+            buffer each step (the slow reference; not with beam search).
+
+    Returns:
+        int32 numpy `(batch, max_length)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from kformer import models
+    >>> model = models.translator(preset="transformer_tiny", vocabulary_size=50)
+    >>> generate(model, np.array([[5, 6, 7]]), max_length=4, start_token_id=1, end_token_id=2).shape
+    (1, 4)
     """
     parts = TranslatorParts(model)
     source = np.asarray(ops.convert_to_numpy(encoder_token_ids))

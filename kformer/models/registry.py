@@ -19,10 +19,22 @@ def builder(fn=None, *, expand=None, aliases=None):
     """Decorator: `fn(preset=None, **kwargs)` fills unset kwargs from the preset.
 
     Args:
+        fn: the builder function (when used without arguments).
         expand: dict `shared_name -> (separate names)`: when a caller passes a
             separate name, the preset's shared value fills the other separate
             names instead of conflicting with them.
         aliases: dict `old_name -> new_name` of renamed arguments.
+
+    Example:
+
+    >>> @builder(aliases={"size": "side"})
+    ... def square(side=1, name=None):
+    ...     return side * side
+    >>> square(side=3), square(size=4)  # `size` is the old name (a DeprecationWarning)
+    (9, 16)
+    >>> from kformer.models import translator  # a preset's shared vocabulary fills the side not given
+    >>> translator(preset="transformer_tiny", encoder_vocabulary_size=50).decoder_embedding.vocabulary_size
+    8000
     """
     expand, aliases = dict(expand or {}), dict(aliases or {})
 
@@ -69,7 +81,19 @@ def _expand(preset_kwargs, kwargs, expand):
 
 
 def register(name, **preset):
-    """Decorator: register the builder under `name` with default kwargs `preset`."""
+    """Decorator: register the builder under `name` with default kwargs `preset`.
+
+    Args:
+        name: str. The preset name (`<task>_<size>`); must be new.
+        **preset: the builder's keyword arguments for this preset.
+
+    Example:
+
+    >>> register("transformer_tiny", hidden_dim=8)(lambda **kwargs: None)
+    Traceback (most recent call last):
+    ...
+    ValueError: A model named 'transformer_tiny' is already registered.
+    """
 
     def wrap(fn):
         if name in _REGISTRY:
@@ -99,6 +123,9 @@ def presets_of(fn):
 def get_preset(name):
     """The keyword arguments of preset `name` (a copy), with its builder's name.
 
+    Args:
+        name: str. A registered preset.
+
     Example:
 
     >>> get_preset("transformer_base")["hidden_dim"]
@@ -110,6 +137,10 @@ def get_preset(name):
 
 def build(name, **overrides):
     """Build preset `name`, with `overrides` replacing its keyword arguments.
+
+    Args:
+        name: str. A registered preset (`list_models()`).
+        **overrides: the builder's keyword arguments, replacing the preset's.
 
     Example:
 

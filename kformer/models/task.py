@@ -20,7 +20,28 @@ _NOT_CONFIG = ("self", "args", "kwargs", "preprocessor", "backbone")
 
 
 class Backbone(keras.Model):
-    """Base of a functional model whose config is its constructor arguments."""
+    """Base of a functional model whose config is its constructor arguments.
+
+    A subclass builds its graph, calls `super().__init__(inputs=..., outputs=...)`,
+    then stores every constructor argument as an attribute of the same name:
+    `get_config` reads them back (by the constructor's signature) and
+    `from_config` calls the constructor, so `.keras` files need no custom code.
+
+    Args:
+        **kwargs: Passed to `keras.Model` (`inputs`, `outputs`, `name`, ...).
+
+    Example:
+
+    >>> import keras
+    >>> class Doubler(Backbone):
+    ...     def __init__(self, width=4, **kwargs):
+    ...         x = keras.Input((width,))
+    ...         super().__init__(inputs=x, outputs=keras.layers.Dense(2 * width)(x), **kwargs)
+    ...         self.width = width
+    >>> config = Doubler(width=3).get_config()
+    >>> config["width"], Doubler.from_config(config).output.shape
+    (3, (None, 6))
+    """
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -37,6 +58,20 @@ class Backbone(keras.Model):
 
 class Task(Backbone):
     """Base of the kformer task models (`Translator`, `TextClassifier`, ...).
+
+    Adds to `Backbone`: a `preprocessor` (serialized with the task) through
+    which `fit`, `evaluate`, `predict` and `predict_on_batch` also accept raw
+    inputs, and the `task_type` that names the task's serving signatures.
+
+    Args:
+        **kwargs: Passed to `keras.Model`.
+
+    Example:
+
+    >>> from kformer import models
+    >>> task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8)
+    >>> isinstance(task, Task), task.task_type, task.preprocessor is None
+    (True, 'text_classification', True)
 
     Attributes:
         preprocessor: the task's preprocessor (`kformer.data.preprocessors`),
@@ -122,6 +157,19 @@ class ClassifierTask(Task):
 
     `class_names` (optional list of str) names the classes for
     `predict_labels` and the exported `label` output.
+
+    Args:
+        **kwargs: Passed to `Task`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from kformer import models
+    >>> task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8,
+    ...                               class_names=["negative", "positive"])
+    >>> ids = np.ones((1, 8), "int32")
+    >>> round(float(task.predict(ids, verbose=0).sum()), 4), task.predict_labels(ids)[0] in task.class_names
+    (1.0, True)
     """
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):

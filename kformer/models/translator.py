@@ -49,7 +49,7 @@ class Translator(Task):
     ...                    num_encoder_layers=1, num_decoder_layers=1)
     >>> import numpy as np
     >>> ids = np.ones((2, 5), "int32")
-    >>> model({"encoder_token_ids": ids, "decoder_token_ids": ids}).shape
+    >>> tuple(model({"encoder_token_ids": ids, "decoder_token_ids": ids}).shape)
     (2, 5, 50)
     """
 

@@ -104,6 +104,10 @@ class ViTImageClassifier(ClassifierTask):
 def vit(**kwargs):
     """Build a `ViTImageClassifier`: `vit(preset="vit_tiny")`.
 
+    Args:
+        preset: str. `"vit_tiny"` (MNIST), `"vit_small_cifar"`, `"vit_base_patch16_224"`, ...
+        **kwargs: `ViTImageClassifier` arguments; they replace the preset's.
+
     Example:
 
     >>> vit(preset="vit_tiny").input.shape
