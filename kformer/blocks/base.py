@@ -26,6 +26,8 @@ class TransformerBlock(keras.layers.Layer):
             `MixtureOfExperts`. Defaults to `0`.
         top_k, capacity_factor, aux_loss_weight: `MixtureOfExperts` arguments.
         kernel_initializer: Defaults to `"glorot_uniform"`.
+        rotary_max_wavelength: int or None. Rotary positions (RoPE) in the
+            self-attention. Defaults to `None`.
         **kwargs: Passed to `keras.layers.Layer`.
     """
 
@@ -44,6 +46,7 @@ class TransformerBlock(keras.layers.Layer):
         capacity_factor=1.25,
         aux_loss_weight=0.01,
         kernel_initializer="glorot_uniform",
+        rotary_max_wavelength=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -64,6 +67,7 @@ class TransformerBlock(keras.layers.Layer):
         self.capacity_factor = capacity_factor
         self.aux_loss_weight = aux_loss_weight
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.rotary_max_wavelength = rotary_max_wavelength
         self.supports_masking = True
 
     def _check_width(self, inputs_shape, name):
@@ -80,12 +84,13 @@ class TransformerBlock(keras.layers.Layer):
             )
         return hidden_dim
 
-    def _attention(self, hidden_dim, name):
+    def _attention(self, hidden_dim, name, rotary=False):
         return MultiHeadAttention(
             self.num_heads,
             self.key_dim or hidden_dim // self.num_heads,
             dropout=self.attention_dropout,
             kernel_initializer=clone_initializer(self.kernel_initializer),
+            rotary_max_wavelength=self.rotary_max_wavelength if rotary else None,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -162,4 +167,5 @@ class TransformerBlock(keras.layers.Layer):
             "capacity_factor": self.capacity_factor,
             "aux_loss_weight": self.aux_loss_weight,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "rotary_max_wavelength": self.rotary_max_wavelength,
         }

@@ -36,7 +36,7 @@ class TransformerDecoderBlock(TransformerBlock):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         hidden_dim = self._check_width(decoder_sequence_shape, "decoder_sequence")
-        self.self_attention = self._attention(hidden_dim, "self_attention")
+        self.self_attention = self._attention(hidden_dim, "self_attention", rotary=True)
         self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
         self.self_attention_norm = self._norm("self_attention_norm")
         self.self_attention_norm.build(decoder_sequence_shape)

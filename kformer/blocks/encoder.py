@@ -27,7 +27,7 @@ class TransformerEncoderBlock(TransformerBlock):
 
     def build(self, inputs_shape):
         hidden_dim = self._check_width(inputs_shape, "inputs")
-        self.self_attention = self._attention(hidden_dim, "self_attention")
+        self.self_attention = self._attention(hidden_dim, "self_attention", rotary=True)
         self.self_attention.build(inputs_shape, inputs_shape)
         self.self_attention_norm = self._norm("self_attention_norm")
         self.self_attention_norm.build(inputs_shape)

@@ -7,6 +7,7 @@ from keras import ops
 
 from kformer.layers import masks
 from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+from kformer.layers.position import RotaryEmbedding
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -30,6 +31,10 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim: int. Output width. Defaults to the query width.
         kernel_initializer: Initializer for the projection kernels.
         bias_initializer: Initializer for the projection biases.
+        rotary_max_wavelength: int or None. Rotate queries and keys by their
+            absolute positions (RoPE, Su et al. 2021; `RotaryEmbedding`) after
+            projection; keys written to a cache keep their rotation. Defaults
+            to `None` (no rotation).
         **kwargs: Passed to `keras.layers.Layer` (`name`, `dtype`, ...).
 
     Call arguments:
@@ -76,10 +81,15 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        rotary_max_wavelength=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_ints(num_heads=num_heads, key_dim=key_dim)
+        if rotary_max_wavelength is not None:
+            check_positive_ints(rotary_max_wavelength=rotary_max_wavelength)
+            if key_dim % 2:
+                raise ValueError(f"Rotary positions need an even `key_dim`. Received: key_dim={key_dim}")
         if value_dim is not None:
             check_positive_ints(value_dim=value_dim)
         if output_dim is not None:
@@ -93,7 +103,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.rotary_max_wavelength = rotary_max_wavelength
         self.supports_masking = True
+        self.rotary = None if rotary_max_wavelength is None else RotaryEmbedding(
+            rotary_max_wavelength, dtype=self.dtype_policy, name="rotary")
 
         def projection(name, heads_dim):
             return keras.layers.EinsumDense(
@@ -141,7 +154,10 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         self._check_cacheable()
         key = value if key is None else key
-        return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+        k = self.key_dense(key)
+        if self.rotary is not None:
+            k = self.rotary(k)
+        return ops.stack([k, self.value_dense(value)], axis=1)
 
     def _check_cacheable(self):
         if self.key_dim != self.value_dim:
@@ -197,12 +213,20 @@ class MultiHeadAttention(keras.layers.Layer):
         start_index = 0
         if cache is None:
             k, v = self.key_dense(key), self.value_dense(value)  # (batch, k_len, heads, dim)
+            if self.rotary is not None:
+                q, k = self.rotary(q), self.rotary(k)
         elif value is None:
             k, v = cache[:, 0], cache[:, 1]
+            if self.rotary is not None:
+                q = self.rotary(q)
         else:
             start_index = cache_update_index
             start = [0, cache_update_index, 0, 0]
-            k = ops.slice_update(cache[:, 0], start, ops.cast(self.key_dense(key), cache.dtype))
+            new_k = self.key_dense(key)
+            if self.rotary is not None:  # absolute positions start at the cache index
+                q = self.rotary(q, start_index=cache_update_index)
+                new_k = self.rotary(new_k, start_index=cache_update_index)
+            k = ops.slice_update(cache[:, 0], start, ops.cast(new_k, cache.dtype))
             v = ops.slice_update(cache[:, 1], start, ops.cast(self.value_dense(value), cache.dtype))
             cache = ops.stack([k, v], axis=1)
 
@@ -318,6 +342,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "output_dim": self.output_dim,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "rotary_max_wavelength": self.rotary_max_wavelength,
             }
         )
         return config

@@ -8,7 +8,7 @@ from keras import ops
 from kformer.layers.checks import check_positive_ints
 from kformer.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 
-POSITIONS = ("learned", "sinusoidal")
+POSITIONS = ("learned", "sinusoidal", "none")
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -23,7 +23,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         sequence_length: int. Longest sequence; required for
             `position="learned"`, optional for `"sinusoidal"`.
         hidden_dim: int. Embedding width.
-        position: `"learned"` or `"sinusoidal"`. Defaults to `"learned"`.
+        position: `"learned"`, `"sinusoidal"` or `"none"` (token embedding
+            only, e.g. with rotary positions in attention). Defaults to `"learned"`.
         mask_zero: bool. Token id 0 is padding and produces a Keras mask.
         scale_by_sqrt_dim: bool. Multiply token embeddings by
             `sqrt(hidden_dim)` (paper, 3.4). Defaults to `False`.
@@ -88,6 +89,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             self.position_embedding = PositionEmbedding(
                 sequence_length, dtype=self.dtype_policy, name="position_embedding"
             )
+        elif position == "none":
+            self.position_embedding = None
         else:
             self.position_embedding = SinusoidalPositionEncoding(
                 max_wavelength, dtype=self.dtype_policy, name="position_embedding"
@@ -95,7 +98,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def build(self, inputs_shape):
         self.token_embedding.build(inputs_shape)
-        self.position_embedding.build(tuple(inputs_shape) + (self.hidden_dim,))
+        if self.position_embedding is not None:
+            self.position_embedding.build(tuple(inputs_shape) + (self.hidden_dim,))
         self.built = True
 
     def call(self, inputs, start_index=0, reverse=False):
@@ -121,6 +125,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         x = self.token_embedding(inputs)  # (batch, seq, hidden_dim)
         if self.scale_by_sqrt_dim:
             x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
+        if self.position_embedding is None:
+            return x
         return x + self.position_embedding(x, start_index=start_index)
 
     def compute_mask(self, inputs, mask=None):

@@ -3,7 +3,7 @@
 `kformer.models.translator(preset="transformer_tiny", ...)` or
 `kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
 `TextClassifier`, `BertBackbone` and its `BertPretrainer` /
-`BertTextClassifier`, `ViTImageClassifier`); `list_models()` names every
+`BertTextClassifier`, `ViTImageClassifier`, `CausalLM`); `list_models()` names every
 preset; `load(path)` reads a recipe's output back.
 """
 
@@ -17,6 +17,7 @@ from kformer.models.bert import (
 )
 from kformer.models.classifier import TextClassifier, imdb_classifier
 from kformer.models.generate import generate
+from kformer.models.gpt import CausalLM, causal_lm
 from kformer.models.load import load
 from kformer.models.registry import build, builder, get_preset, list_models, register
 from kformer.models.task import Backbone, ClassifierTask, Task
@@ -29,6 +30,7 @@ __all__ = [
     "BertBackbone",
     "BertPretrainer",
     "BertTextClassifier",
+    "CausalLM",
     "ClassifierTask",
     "LabelSmoothedCrossEntropy",
     "Task",
@@ -38,6 +40,7 @@ __all__ = [
     "ViTImageClassifier",
     "build",
     "builder",
+    "causal_lm",
     "generate",
     "get_preset",
     "imdb_classifier",

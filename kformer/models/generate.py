@@ -1,82 +1,25 @@
-"""Batched decoding for kformer `Translator`s: greedy, beam search, top-k and top-p sampling.
+"""Batched decoding for `Translator` and `CausalLM`: greedy, beam search, top-k and top-p sampling.
 
-The encoder runs once; its cross-attention keys/values are computed once per
-decoder block; each step feeds one token through the decoder blocks with
-their self-attention caches. The loop is an `ops.while_loop` inside a Keras
-model's predict step, so it compiles with XLA on TensorFlow and JAX (and runs
-eagerly on torch).
+The adapters of `kformer.models.decoders` prefill (the translator encodes the
+source and its cross-attention keys/values once; the language model runs the
+shared prompt prefix in one pass) and then feed one token a step through
+the self-attention caches. Ragged right-padded prompts: positions inside a
+row's prompt are forced to the prompt token, so each row continues exactly
+as it would alone. The loop is an `ops.while_loop` inside a Keras model's
+predict step: XLA-compiled on TensorFlow and JAX, eager on torch, once per
+setting.
 """
+
+import math
 
 import keras
 import numpy as np
 from keras import ops
 
+from kformer.models.decoders import NEG_INF, adapter
+
 STRATEGIES = ("greedy", "beam", "top_k", "top_p")
-NEG_INF = -1e9
-
-
-class TranslatorParts:
-    """A `Translator`'s parts (its attributes), callable one decoding step at a time."""
-
-    def __init__(self, model):
-        if not all(hasattr(model, a) for a in ("encoder_embedding", "decoder_blocks", "encoder_blocks")):
-            raise ValueError("`model` must be a kformer `Translator` (built by `kformer.models.translator` "
-                             f"or loaded with `kformer.models.load`). Received: {type(model).__name__}")
-        self.encoder_embedding, self.decoder_embedding = model.encoder_embedding, model.decoder_embedding
-        self.encoder_blocks, self.decoder_blocks = model.encoder_blocks, model.decoder_blocks
-        self.encoder_norm, self.decoder_norm = model.encoder_norm, model.decoder_norm
-        self.output_projection = model.output_projection
-        self.vocabulary_size = self.decoder_embedding.vocabulary_size
-        self.source_vocabulary_size = self.encoder_embedding.vocabulary_size
-        attention = self.decoder_blocks[0].self_attention
-        self.num_heads, self.head_dim = attention.num_heads, attention.key_dim
-
-    def encode(self, encoder_token_ids):
-        """-> encoder outputs `(batch, src_len, hidden)` and padding mask `(batch, src_len)`."""
-        mask = ops.not_equal(encoder_token_ids, 0)
-        x = self.encoder_embedding(encoder_token_ids)
-        for block in self.encoder_blocks:
-            x = block(x, padding_mask=mask)
-        if self.encoder_norm is not None:
-            x = self.encoder_norm(x)
-        return x, mask
-
-    def cross_caches(self, encoder_outputs):
-        """Stacked cross-attention keys/values `(layers, batch, 2, src_len, heads, head_dim)`."""
-        return ops.stack([b.compute_cross_attention_cache(encoder_outputs) for b in self.decoder_blocks])
-
-    def step(self, token, index, self_caches, cross_caches, encoder_mask):
-        """One token `(batch, 1)` at position `index` -> float32 logits `(batch, vocab)`, new caches."""
-        h = self.decoder_embedding(token, start_index=index)
-        updated = []
-        for i, block in enumerate(self.decoder_blocks):
-            h, cache, _ = block(
-                h, encoder_padding_mask=encoder_mask, self_attention_cache=self_caches[i],
-                self_attention_cache_update_index=index, cross_attention_cache=cross_caches[i],
-            )
-            updated.append(cache)
-        return _project(self, h)[:, 0], ops.stack(updated)
-
-
-def _project(parts, h):
-    if parts.decoder_norm is not None:
-        h = parts.decoder_norm(h)
-    if parts.output_projection is not None:
-        logits = parts.output_projection(h)
-    else:
-        logits = parts.decoder_embedding(h, reverse=True)
-    logits = ops.cast(logits, "float32")
-    # Id 0 is padding: never generated.
-    return ops.where(ops.arange(parts.vocabulary_size) == 0, NEG_INF, logits)
-
-
-def _recompute_step(parts, tokens, index, encoder_outputs, encoder_mask):
-    """No cache: the decoder re-runs over the whole buffer; logits at `index`."""
-    h = parts.decoder_embedding(tokens)
-    for block in parts.decoder_blocks:
-        h = block(h, encoder_outputs, encoder_padding_mask=encoder_mask)
-    h = ops.take(h, index, axis=1)[:, None]  # (batch, 1, hidden)
-    return _project(parts, h)[:, 0]
+MAX_LENGTH_CAP = 8192  # bound for models without learned positions (sinusoidal, rotary)
 
 
 def filter_logits(logits, strategy, k, p, temperature):
@@ -102,130 +45,122 @@ def sample(logits, uniform):
     return ops.minimum(index, ops.shape(logits)[-1] - 1)
 
 
-def _decode_loop(parts, source, noise, c):
-    """Greedy or sampling: `(batch, src_len)` -> generated ids `(batch, max_length)`."""
-    encoder_outputs, mask = parts.encode(source)
-    cross = parts.cross_caches(encoder_outputs)
-    batch = ops.shape(source)[0]
-    cache_length = c["max_length"] if c["use_cache"] else 1  # unused without a cache
-    caches = ops.zeros((len(parts.decoder_blocks), batch, 2, cache_length, parts.num_heads,
-                        parts.head_dim), dtype=cross.dtype)
-    tokens = ops.concatenate([ops.full((batch, 1), c["start_token_id"], "int32"),
-                              ops.zeros((batch, c["max_length"]), "int32")], axis=1)
+def _next_logits(decoder, t, word, tokens, caches, logits, extra, c):
+    """Logits for position `t + 1` (skipped after the last position)."""
+    length = ops.shape(tokens)[1]
+    if not c["use_cache"]:
+        return ops.cond(t + 1 < length, lambda: decoder.recompute(tokens, t, extra), lambda: logits), caches
+    return ops.cond(t + 1 < length, lambda: decoder.step(word[:, None], t, caches, extra),
+                    lambda: (logits, caches))
 
-    def cond(t, tokens, caches, done):
-        return ops.logical_and(t < c["max_length"], ops.logical_not(ops.all(done)))
 
-    def body(t, tokens, caches, done):
-        if c["use_cache"]:
-            token = ops.slice(tokens, [0, t], [batch, 1])
-            logits, caches = parts.step(token, t, caches, cross, mask)
-        else:
-            logits = _recompute_step(parts, tokens[:, :-1], t, encoder_outputs, mask)
+def _decode_loop(decoder, inputs, noise, c):
+    """Greedy or sampling -> token buffer `(batch, length)` (see `decoder.output`)."""
+    tokens, prompt, start, caches, extra, logits = decoder.prefill(inputs, c)
+    length = ops.shape(tokens)[1]
+
+    def cond(t, tokens, caches, logits, done):
+        return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
+
+    def body(t, tokens, caches, logits, done):
         if c["strategy"] == "greedy":
             word = ops.cast(ops.argmax(logits, axis=-1), "int32")
         else:
-            logits = filter_logits(logits, c["strategy"], c["k"], c["p"], c["temperature"])
-            word = sample(logits, ops.take(noise, t, axis=1))
+            word = ops.cast(sample(filter_logits(logits, c["strategy"], c["k"], c["p"], c["temperature"]),
+                                   ops.take(noise, t, axis=1)), "int32")
+        forced = ops.take(prompt, t, axis=1)
+        word = ops.where(forced, ops.take(tokens, t, axis=1), word)
         word = ops.where(done, 0, word)
-        tokens = ops.slice_update(tokens, [0, t + 1], word[:, None])
-        return t + 1, tokens, caches, ops.logical_or(done, ops.equal(word, c["end_token_id"]))
+        tokens = ops.slice_update(tokens, [0, t], word[:, None])
+        done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
+        logits, caches = _next_logits(decoder, t, word, tokens, caches, logits, extra, c)
+        return t + 1, tokens, caches, logits, done
 
-    done = ops.zeros((batch,), "bool")
-    _, tokens, _, _ = ops.while_loop(cond, body, (ops.convert_to_tensor(0), tokens, caches, done))
-    return tokens[:, 1:]
+    done = ops.zeros((ops.shape(tokens)[0],), "bool")
+    _, tokens, _, _, _ = ops.while_loop(cond, body, (start, tokens, caches, logits, done))
+    return decoder.output(tokens)
 
 
-def _beam_loop(parts, source, c):
-    """Beam search with GNMT length penalty ((5 + len) / 6)^alpha -> `(batch, max_length)`."""
-    beams, vocab, length = c["num_beams"], parts.vocabulary_size, c["max_length"]
-    batch = ops.shape(source)[0]
-    encoder_outputs, mask = parts.encode(source)
-    encoder_outputs = ops.repeat(encoder_outputs, beams, axis=0)  # (batch * beams, src, hidden)
-    mask = ops.repeat(mask, beams, axis=0)
-    cross = parts.cross_caches(encoder_outputs)
+def _beam_loop(decoder, inputs, c):
+    """Beam search, GNMT length penalty ((5 + len) / 6)^alpha over generated tokens."""
+    beams, vocab = c["num_beams"], decoder.vocabulary_size
+    tokens, prompt, start, caches, extra, logits = decoder.prefill(inputs, c)
+    batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     flat = batch * beams
-    caches = ops.zeros((len(parts.decoder_blocks), flat, 2, length, parts.num_heads,
-                        parts.head_dim), dtype=cross.dtype)
-    tokens = ops.concatenate([ops.full((flat, 1), c["start_token_id"], "int32"),
-                              ops.zeros((flat, length), "int32")], axis=1)
-    # Only beam 0 is alive at first, so the first step does not pick duplicates.
+    tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
+    caches, extra = ops.repeat(caches, beams, axis=1), decoder.repeat(extra, beams)
+    # Only beam 0 is alive at first, so the first free step does not pick duplicates.
     scores = ops.concatenate([ops.zeros((batch, 1)), ops.full((batch, beams - 1), NEG_INF)], axis=1)
     pad_only = ops.where(ops.arange(vocab)[None, :] == 0, 0.0, NEG_INF)  # finished beams
 
-    def cond(t, tokens, caches, scores, done, lengths):
+    def cond(t, tokens, caches, logits, scores, done, lengths):
         return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
 
-    def body(t, tokens, caches, scores, done, lengths):
-        token = ops.slice(tokens, [0, t], [flat, 1])
-        logits, caches = parts.step(token, t, caches, cross, mask)
-        log_probs = ops.where(done[:, None], pad_only, ops.log_softmax(logits, axis=-1))
+    def body(t, tokens, caches, logits, scores, done, lengths):
+        forced = ops.take(prompt, t, axis=1)
+        prompt_token = ops.where(ops.arange(vocab)[None, :] == ops.take(tokens, t, axis=1)[:, None], 0.0, NEG_INF)
+        log_probs = ops.where(forced[:, None], prompt_token, ops.log_softmax(logits, axis=-1))
+        log_probs = ops.where(done[:, None], pad_only, log_probs)
         candidates = ops.reshape(ops.reshape(scores, (flat, 1)) + log_probs, (batch, beams * vocab))
         scores, best = ops.top_k(candidates, beams)  # (batch, beams)
         origin = ops.reshape(ops.arange(batch)[:, None] * beams + best // vocab, (flat,))
         word = ops.cast(ops.reshape(best % vocab, (flat,)), "int32")
         tokens, done, lengths = (ops.take(x, origin, axis=0) for x in (tokens, done, lengths))
         caches = ops.take(caches, origin, axis=1)
-        tokens = ops.slice_update(tokens, [0, t + 1], word[:, None])
-        lengths = ops.where(done, lengths, lengths + 1)
-        return t + 1, tokens, caches, scores, ops.logical_or(done, word == c["end_token_id"]), lengths
+        tokens = ops.slice_update(tokens, [0, t], word[:, None])
+        lengths = ops.where(ops.logical_or(done, forced), lengths, lengths + 1)
+        done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
+        logits, caches = _next_logits(decoder, t, word, tokens, caches, logits, extra, c)
+        return t + 1, tokens, caches, logits, scores, done, lengths
 
-    state = (ops.convert_to_tensor(0), tokens, caches, scores, ops.zeros((flat,), "bool"),
-             ops.zeros((flat,), "int32"))
-    _, tokens, _, scores, _, lengths = ops.while_loop(cond, body, state)
+    state = (start, tokens, caches, logits, scores, ops.zeros((flat,), "bool"), ops.zeros((flat,), "int32"))
+    _, tokens, _, _, scores, _, lengths = ops.while_loop(cond, body, state)
     penalty = ops.power((5.0 + ops.cast(ops.reshape(lengths, (batch, beams)), "float32")) / 6.0,
                         c["length_penalty"])
     best = ops.argmax(scores / penalty, axis=-1)  # (batch,)
-    return ops.take(tokens, ops.arange(batch) * beams + ops.cast(best, "int32"), axis=0)[:, 1:]
+    return decoder.output(ops.take(tokens, ops.arange(batch) * beams + ops.cast(best, "int32"), axis=0))
 
 
 class _Generator(keras.Model):
     """Wraps the loop in a Keras model so `predict_on_batch` compiles it (XLA on TF/JAX)."""
 
-    def __init__(self, translator, config):
+    def __init__(self, task, config):
         super().__init__(name="generator")
-        self.translator = translator
+        self.task = task
         self.config = config
-        self.parts = TranslatorParts(translator)
+        self.decoder = adapter(task)
 
     def call(self, inputs):
-        source = ops.cast(inputs["encoder_token_ids"], "int32")
+        token_ids = ops.cast(inputs["token_ids"], "int32")
         if self.config["strategy"] == "beam":
-            return _beam_loop(self.parts, source, self.config)
-        return _decode_loop(self.parts, source, inputs["noise"], self.config)
+            return _beam_loop(self.decoder, token_ids, self.config)
+        return _decode_loop(self.decoder, token_ids, inputs["noise"], self.config)
 
 
 _COMPILED = {}
 
 
-def generate(
-    model,
-    encoder_token_ids,
-    *,
-    max_length,
-    start_token_id,
-    end_token_id,
-    strategy="greedy",
-    num_beams=4,
-    length_penalty=0.6,
-    k=50,
-    p=0.9,
-    temperature=1.0,
-    seed=None,
-    use_cache=True,
-):
-    """Translate a batch: source ids `(batch, src_len)` (0 = padding) -> ids `(batch, max_length)`.
+def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
+             num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True):
+    """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
-    Each row holds the generated tokens after `start_token_id`, through the
-    first `end_token_id`, then 0 (padding). Decoding stops early once every
+    Translator: returns the generated tokens after `start_token_id`, through
+    the first `end_token_id`, then 0. CausalLM: `token_ids` are prompts,
+    right-padded with 0 (ragged prompts continue exactly as each would
+    alone); returns the prompt followed by the generated tokens, through the
+    first `end_token_id` (if any), then 0. Decoding stops early once every
     row has ended. The loop is compiled once per setting (XLA on TensorFlow
     and JAX) and reused.
 
     Args:
-        model: a `Translator`.
-        encoder_token_ids: int `(batch, src_len)`, 0 = padding.
-        max_length: int. Most generated tokens.
-        start_token_id, end_token_id: ints. The target `[START]` / `[END]` ids.
+        model: a `Translator` or a `CausalLM`.
+        token_ids: int `(batch, length)`, 0 = padding: the source (translator)
+            or the prompts (language model).
+        max_length: int. Most generated tokens (translator) or the total
+            length, prompt included (language model).
+        start_token_id: int. The target `[START]` id (translator only).
+        end_token_id: int or None. Decoding of a row stops after it (required
+            for the translator).
         strategy: `"greedy"`, `"beam"`, `"top_k"` or `"top_p"`. Defaults to `"greedy"`.
         num_beams: int. Beam width. Defaults to `4`.
         length_penalty: float. GNMT alpha: scores / ((5 + len) / 6)^alpha. Defaults to `0.6`.
@@ -234,11 +169,11 @@ def generate(
         temperature: float. Sampling temperature. Defaults to `1.0`.
         seed: int. Sampling uniforms are drawn with numpy from it, so the same
             seed samples the same tokens on every backend.
-        use_cache: bool. `False` re-runs the decoder over the whole output
-            buffer each step (the slow reference; not with beam search).
+        use_cache: bool. `False` re-runs the decoder over the whole buffer
+            each step (the slow reference; not with beam search).
 
     Returns:
-        int32 numpy `(batch, max_length)`.
+        int32 numpy: `(batch, max_length)`.
 
     Example:
 
@@ -248,74 +183,132 @@ def generate(
     >>> generate(model, np.array([[5, 6, 7]]), max_length=4, start_token_id=1, end_token_id=2).shape
     (1, 4)
     """
-    parts = TranslatorParts(model)
-    source = np.asarray(ops.convert_to_numpy(encoder_token_ids))
-    config = _check(parts, source, dict(
-        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id,
-        strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=k, p=p,
-        temperature=temperature, use_cache=bool(use_cache),
-    ))
+    decoder = adapter(model)
+    ids = np.asarray(ops.convert_to_numpy(token_ids))
+    config = _check(decoder, ids, dict(
+        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
+        num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
+        use_cache=use_cache, seed=seed))
+    seed = config.pop("seed")
+    ids = _pad_width(ids, None if decoder.family == "translator" else config["max_length"])
     key = (id(model), tuple(sorted(config.items())))
     if key not in _COMPILED:
         generator = _Generator(model, config)
         generator.compile(jit_compile=keras.backend.backend() != "torch")
         _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
         _COMPILED[key] = (model, generator)
-    generator = _COMPILED[key][1]
-    noise = np.random.default_rng(seed).random((len(source), max_length)).astype("float32")
-    out = generator.predict_on_batch({"encoder_token_ids": source.astype("int32"), "noise": noise})
+    width = config["max_length"] + (decoder.family == "translator")
+    noise = np.random.default_rng(seed).random((len(ids), width)).astype("float32")
+    out = _COMPILED[key][1].predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
     return np.asarray(ops.convert_to_numpy(out), "int32")
 
 
-def decode_function(model, *, max_length, start_token_id, end_token_id, strategy="greedy",
-                    num_beams=4, length_penalty=0.6):
-    """For graphs (SavedModel export): returns `fn(encoder_token_ids) -> ids (batch, max_length)`.
+def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
+                    num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0):
+    """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
-    The same loop as `generate`, in `keras.ops` with no numpy, so it can be
-    traced into a `tf.function`; `strategy` is "greedy" or "beam".
+    In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
+    strategies take `noise`, uniforms `(batch, length)` (the caller draws them,
+    e.g. from a seed input).
+
+    Args:
+        model: a `Translator` or a `CausalLM`.
+        max_length, start_token_id, end_token_id, strategy, num_beams,
+            length_penalty, k, p, temperature: as in `generate`.
+
+    Example:
+
+    >>> from kformer import models
+    >>> decode = decode_function(models.causal_lm(preset="gpt_tiny", vocabulary_size=50), max_length=8)
+    >>> import numpy as np
+    >>> tuple(decode(np.array([[5, 6]])).shape)
+    (1, 8)
     """
-    if strategy not in ("greedy", "beam"):
-        raise ValueError(f"`strategy` must be 'greedy' or 'beam' in a graph. Received: strategy={strategy!r}")
-    parts = TranslatorParts(model)
-    config = _check(parts, np.ones((1, 1), "int32"), dict(
-        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id,
-        strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=1, p=1.0,
-        temperature=1.0, use_cache=True,
-    ))
+    decoder = adapter(model)
+    config = _check(decoder, np.ones((1, 1), "int32"), dict(
+        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
+        num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
+        use_cache=True, seed=None))
+    config.pop("seed")
     if strategy == "beam":
-        return lambda source: _beam_loop(parts, ops.cast(source, "int32"), config)
-    return lambda source: _decode_loop(parts, ops.cast(source, "int32"), None, config)
+        return lambda token_ids, noise=None: _beam_loop(decoder, ops.cast(token_ids, "int32"), config)
+    return lambda token_ids, noise=None: _decode_loop(decoder, ops.cast(token_ids, "int32"), noise, config)
 
 
-def _check(parts, source, c):
+def _pad_width(ids, limit, multiple=16):
+    """Right-pad columns with 0 to a multiple of 16 (at most `limit`): fewer shapes, fewer compiles."""
+    width = -(-ids.shape[1] // multiple) * multiple
+    width = width if limit is None else min(width, limit)
+    return np.pad(ids, [(0, 0), (0, width - ids.shape[1])]) if width > ids.shape[1] else ids
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check(decoder, ids, c):
+    """Validate every argument (naming it); returns the loop's config."""
+    translator = decoder.family == "translator"
     if c["strategy"] not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={c['strategy']!r}")
-    if source.ndim != 2 or source.shape[1] < 1 or not np.issubdtype(source.dtype, np.integer):
-        raise ValueError("`encoder_token_ids` must be int token ids (batch, src_len). Received: "
-                         f"encoder_token_ids.shape={source.shape}, dtype={source.dtype}")
-    if source.size and (source.min() < 0 or source.max() >= parts.source_vocabulary_size):
-        raise ValueError(
-            f"`encoder_token_ids` must be in [0, {parts.source_vocabulary_size}). Received: "
-            f"values from {source.min()} to {source.max()}")
-    for name in ("start_token_id", "end_token_id"):
-        if not 0 < int(c[name]) < parts.vocabulary_size:
-            raise ValueError(f"`{name}` must be in [1, {parts.vocabulary_size}). Received: {name}={c[name]}")
-    for name, low in (("max_length", 1), ("num_beams", 1), ("k", 1)):
-        if not isinstance(c[name], (int, np.integer)) or c[name] < low:
-            raise ValueError(f"`{name}` must be an int >= {low}. Received: {name}={c[name]}")
-    limit = parts.decoder_embedding.sequence_length
-    if parts.decoder_embedding.position == "learned" and c["max_length"] > limit:
-        raise ValueError(f"`max_length` exceeds the model's sequence_length={limit}. "
-                         f"Received: max_length={c['max_length']}")
+    name = "encoder_token_ids" if translator else "token_ids"
+    if ids.ndim != 2 or 0 in ids.shape or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"`{name}` must be a non-empty int array (batch, length). Received: "
+                         f"shape={ids.shape}, dtype={ids.dtype}")
+    vocabulary = decoder.source_vocabulary_size if translator else decoder.vocabulary_size
+    if ids.min() < 0 or ids.max() >= vocabulary:
+        raise ValueError(f"`{name}` must be in [0, {vocabulary}) (0 = padding). Received: values from "
+                         f"{ids.min()} to {ids.max()}")
+    for key, low in (("max_length", 1), ("num_beams", 1), ("k", 1)):
+        if not _is_int(c[key]) or c[key] < low:
+            raise ValueError(f"`{key}` must be an int >= {low}. Received: {key}={c[key]!r}")
+    for key in ("length_penalty", "p", "temperature"):
+        if isinstance(c[key], bool) or not isinstance(c[key], (int, float, np.floating)) \
+                or not math.isfinite(c[key]):
+            raise ValueError(f"`{key}` must be a finite number. Received: {key}={c[key]!r}")
     if not 0.0 < c["p"] <= 1.0:
         raise ValueError(f"`p` must be in (0, 1]. Received: p={c['p']}")
     if not c["temperature"] > 0:
         raise ValueError(f"`temperature` must be > 0. Received: temperature={c['temperature']}")
+    limit = decoder.position_limit
+    if limit is not None and c["max_length"] > limit:
+        raise ValueError(f"`max_length` exceeds the model's learned positions (sequence_length={limit}). "
+                         f"Received: max_length={c['max_length']}")
+    if c["max_length"] > MAX_LENGTH_CAP:
+        raise ValueError(f"`max_length` must be <= {MAX_LENGTH_CAP}. Received: max_length={c['max_length']}")
+    for key in ("start_token_id", "end_token_id"):
+        required = translator
+        if c[key] is None and not required:
+            continue
+        if key == "start_token_id" and not translator:
+            raise ValueError("`start_token_id` is for translators; a CausalLM continues its prompt "
+                             f"(put any start token in the prompt). Received: start_token_id={c[key]!r}")
+        if not _is_int(c[key]) or not 0 < c[key] < decoder.vocabulary_size:
+            raise ValueError(f"`{key}` must be an int in [1, {decoder.vocabulary_size}). Received: {key}={c[key]!r}")
+    if not translator:
+        _check_prompts(ids, c["max_length"])
+        c["start_token_id"] = 0
+        c["end_token_id"] = -1 if c["end_token_id"] is None else c["end_token_id"]
     if c["strategy"] == "beam" and not c["use_cache"]:
         raise ValueError("Beam search always uses the cache. Received: use_cache=False")
     if c["strategy"] == "top_k":
-        c["k"] = min(int(c["k"]), parts.vocabulary_size)
-    if c["strategy"] == "beam" and c["num_beams"] > parts.vocabulary_size:
-        raise ValueError(f"`num_beams` must be <= the vocabulary size {parts.vocabulary_size}. "
+        c["k"] = min(int(c["k"]), decoder.vocabulary_size)
+    if c["strategy"] == "beam" and c["num_beams"] > decoder.vocabulary_size:
+        raise ValueError(f"`num_beams` must be <= the vocabulary size {decoder.vocabulary_size}. "
                          f"Received: num_beams={c['num_beams']}")
-    return {k: (float(v) if isinstance(v, float) else v) for k, v in c.items()}
+    c["use_cache"] = bool(c["use_cache"])
+    return {key: (float(v) if isinstance(v, (float, np.floating)) else int(v) if _is_int(v) else v)
+            for key, v in c.items()}
+
+
+def _check_prompts(ids, max_length):
+    lengths = (ids != 0).sum(axis=1)
+    if (lengths == 0).any():
+        raise ValueError(f"Every prompt needs at least one token. Received: empty prompt in row "
+                         f"{int(np.flatnonzero(lengths == 0)[0])}")
+    if ids.shape[1] > 1 and ((ids[:, 1:] != 0) & (ids[:, :-1] == 0)).any():
+        raise ValueError("Prompts must be right-padded (0 after the tokens, never before). Received: "
+                         f"a 0 before a token in row {int(np.flatnonzero(((ids[:, 1:] != 0) & (ids[:, :-1] == 0)).any(1))[0])}")
+    if ids.shape[1] > max_length:
+        raise ValueError(f"`max_length` ({max_length}) must be at least the prompt length. Received: "
+                         f"prompts of width {ids.shape[1]}, max_length={max_length}")

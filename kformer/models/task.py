@@ -127,6 +127,7 @@ class Task(Backbone):
             x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32,
                                           shuffle=shuffle)
             y = sample_weight = batch_size = None
+            shuffle = False  # the dataset shuffles itself
         if isinstance(validation_data, tuple) and self._raw(validation_data[0]):
             validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,

@@ -58,6 +58,7 @@ def test_images_are_resized_and_converted():
     assert out.shape == (2, 8, 8, 1) and out.dtype == np.float32 and np.allclose(out, 255.0, atol=0.5)
     rgb = ImageClassifierPreprocessor(8, 3).encode([np.zeros((5, 5, 1), np.uint8), np.ones((9, 9, 3), np.uint8)])
     assert rgb.shape == (2, 8, 8, 3)
+    assert gray.encode(np.zeros((1, 6, 6, 1), np.uint8)).shape == (1, 8, 8, 1)  # after an RGB call
     same = np.random.default_rng(0).uniform(0, 255, (1, 8, 8, 1)).astype("float32")
     np.testing.assert_array_equal(gray.encode(same), same)  # already the right size: unchanged
     with pytest.raises(ValueError, match=r"`images` must be .* Received: shape=\(2, 8, 8, 4\)"):

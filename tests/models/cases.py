@@ -13,6 +13,8 @@ SMALL = {
                       intermediate_dim=32, num_layers=2),
     "vit": dict(image_size=16, patch_size=4, hidden_dim=16, num_heads=2, intermediate_dim=32,
                 num_layers=2, num_classes=3),
+    "causal_lm": dict(vocabulary_size=40, sequence_length=16, hidden_dim=16, num_heads=2,
+                      intermediate_dim=32, num_layers=2),
 }
 # Paper-sized presets: built and counted only. Parameters as published.
 PAPER_PARAMS = {
@@ -21,6 +23,7 @@ PAPER_PARAMS = {
     "bert_base": 110e6,  # Devlin et al., section 3
     "vit_base_patch16_224": 86e6,  # Dosovitskiy et al., Table 1
     "vit_large_patch16_224": 307e6,
+    "gpt2_small": 124_439_808,  # Radford et al. 2019 (the 124M model; tied output): exact
 }
 
 

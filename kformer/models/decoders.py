@@ -1,0 +1,155 @@
+"""Step-by-step views of the two generating families, used by `kformer.models.generate`.
+
+Each adapter turns a task into the same four calls: `prefill` (the first
+logits, the token buffer, which positions are prompt, and the caches),
+`step` (one token through the cached blocks -> next logits), `recompute` (the
+cache-free reference) and `repeat` (copies per beam). Only `keras.ops`.
+"""
+
+from keras import ops
+
+NEG_INF = -1e9
+
+
+def adapter(model):
+    """The decoding adapter of a `Translator` or a `CausalLM`; a ValueError names anything else."""
+    if all(hasattr(model, a) for a in ("encoder_embedding", "encoder_blocks", "decoder_blocks")):
+        return TranslatorDecoder(model)
+    if all(hasattr(model, a) for a in ("token_embedding", "decoder_blocks", "final_norm")):
+        return CausalDecoder(model)
+    raise ValueError("`model` must be a kformer `Translator` or `CausalLM` (built by `kformer.models` or "
+                     f"loaded with `kformer.models.load`). Received: {type(model).__name__}")
+
+
+class _Decoder:
+    def __init__(self, blocks, embedding, norm, output_projection):
+        self.blocks, self.embedding, self.norm = blocks, embedding, norm
+        self.output_projection = output_projection
+        self.vocabulary_size = embedding.vocabulary_size
+        attention = blocks[0].self_attention
+        self.num_heads, self.head_dim = attention.num_heads, attention.key_dim
+        self.position_limit = embedding.sequence_length if embedding.position == "learned" else None
+
+    def empty_caches(self, batch, length, dtype):
+        return ops.zeros((len(self.blocks), batch, 2, length, self.num_heads, self.head_dim), dtype=dtype)
+
+    def project(self, h):
+        """Hidden states `(batch, n, dim)` -> float32 logits `(batch, n, vocab)`; id 0 never chosen."""
+        if self.norm is not None:
+            h = self.norm(h)
+        logits = self.embedding(h, reverse=True) if self.output_projection is None else self.output_projection(h)
+        return ops.where(ops.arange(self.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
+
+    def _run(self, tokens, index, caches, **block_kwargs):
+        """Tokens `(batch, n)` written at cache `index` -> logits of the last one, updated caches."""
+        h = self.embedding(tokens, start_index=index)
+        updated = []
+        for i, block in enumerate(self.blocks):
+            h, cache, *_ = block(h, self_attention_cache=caches[i], self_attention_cache_update_index=index,
+                                 **block_kwargs)
+            updated.append(cache)
+        return self.project(h[:, -1:])[:, 0], ops.stack(updated)
+
+
+class TranslatorDecoder(_Decoder):
+    """Encoder once, cross-attention keys/values once; the buffer starts with `[START]`."""
+
+    family = "translator"
+
+    def __init__(self, model):
+        super().__init__(model.decoder_blocks, model.decoder_embedding, model.decoder_norm,
+                         model.output_projection)
+        self.model = model
+        self.source_vocabulary_size = model.encoder_embedding.vocabulary_size
+
+    def encode(self, source):
+        mask = ops.not_equal(source, 0)
+        x = self.model.encoder_embedding(source)
+        for block in self.model.encoder_blocks:
+            x = block(x, padding_mask=mask)
+        if self.model.encoder_norm is not None:
+            x = self.model.encoder_norm(x)
+        return x, mask
+
+    def prefill(self, source, c):
+        encoder_outputs, mask = self.encode(source)
+        cross = ops.stack([b.compute_cross_attention_cache(encoder_outputs) for b in self.blocks])
+        batch, length = ops.shape(source)[0], c["max_length"] + 1
+        tokens = ops.concatenate([ops.full((batch, 1), c["start_token_id"], "int32"),
+                                  ops.zeros((batch, length - 1), "int32")], axis=1)
+        prompt = ops.broadcast_to(ops.arange(length) < 1, (batch, length))
+        extra = {"cross": cross, "mask": mask, "encoder_outputs": encoder_outputs}
+        caches = self.empty_caches(batch, length if c["use_cache"] else 1, cross.dtype)
+        if not c["use_cache"]:
+            return tokens, prompt, 1, caches, extra, self.recompute(tokens, 0, extra)
+        logits, caches = self.step(tokens[:, :1], 0, caches, extra)
+        return tokens, prompt, 1, caches, extra, logits
+
+    def step(self, token, index, caches, extra):
+        h = self.embedding(token, start_index=index)
+        updated = []
+        for i, block in enumerate(self.blocks):
+            h, cache, _ = block(h, encoder_padding_mask=extra["mask"], self_attention_cache=caches[i],
+                                self_attention_cache_update_index=index, cross_attention_cache=extra["cross"][i])
+            updated.append(cache)
+        return self.project(h)[:, 0], ops.stack(updated)
+
+    def recompute(self, tokens, index, extra):
+        h = self.embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
+        for block in self.blocks:
+            h = block(h, extra["encoder_outputs"], encoder_padding_mask=extra["mask"])
+        return self.project(ops.take(h, index, axis=1)[:, None])[:, 0]
+
+    def repeat(self, extra, beams):
+        return {"cross": ops.repeat(extra["cross"], beams, axis=1), "mask": ops.repeat(extra["mask"], beams, axis=0),
+                "encoder_outputs": ops.repeat(extra["encoder_outputs"], beams, axis=0)}
+
+    def output(self, tokens):
+        return tokens[:, 1:]  # drop [START]
+
+
+class CausalDecoder(_Decoder):
+    """Right-padded prompts: the shortest prompt is processed in one pass; longer prompts'
+    remaining tokens are then fed (forced) one step at a time, so every row continues exactly
+    as it would alone."""
+
+    family = "causal"
+
+    def __init__(self, model):
+        super().__init__(model.decoder_blocks, model.token_embedding, model.final_norm, model.output_projection)
+
+    def prefill(self, prompt, c):
+        batch, length = ops.shape(prompt)[0], c["max_length"]
+        tokens = ops.pad(prompt, [[0, 0], [0, length - ops.shape(prompt)[1]]])
+        lengths = ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"), axis=1)
+        prompt_mask = ops.arange(length)[None, :] < lengths[:, None]
+        start = ops.maximum(ops.min(lengths), 1)  # the shortest prompt is prefilled in one pass
+        caches = self.empty_caches(batch, length if c["use_cache"] else 1, self.embedding.compute_dtype)
+        if not c["use_cache"]:
+            return tokens, prompt_mask, start, caches, {}, self.recompute(tokens, start - 1, {})
+        # One pass over the given prompt width (a static shape); keys past `start` are hidden now
+        # and overwritten step by step later.
+        h = self.embedding(prompt)
+        visible = ops.broadcast_to(ops.arange(length)[None, :] < start, (batch, length))
+        updated = []
+        for i, block in enumerate(self.blocks):
+            h, cache = block(h, self_attention_cache=caches[i], self_attention_cache_update_index=0,
+                             decoder_padding_mask=visible)
+            updated.append(cache)
+        logits = self.project(ops.take(h, start - 1, axis=1)[:, None])[:, 0]
+        return tokens, prompt_mask, start, ops.stack(updated), {}, logits
+
+    def step(self, token, index, caches, extra):
+        return self._run(token, index, caches)
+
+    def recompute(self, tokens, index, extra):
+        h = self.embedding(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return self.project(ops.take(h, index, axis=1)[:, None])[:, 0]
+
+    def repeat(self, extra, beams):
+        return extra
+
+    def output(self, tokens):
+        return tokens

@@ -1,0 +1,147 @@
+"""Decoder-only causal language model (GPT-2, Radford et al. 2019)."""
+
+import keras
+
+from kformer import blocks, layers
+from kformer.layers.checks import check_positive_ints, check_rates
+from kformer.models.generate import generate as generate_ids
+from kformer.models.registry import builder, register
+from kformer.models.task import Task, check_length_fits, check_preprocessor, check_tokenizer_fits
+
+POSITIONS = ("learned", "rotary")
+GPT2 = dict(vocabulary_size=50257, sequence_length=1024, dropout=0.1)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class CausalLM(Task):
+    """Token ids `(batch, seq)` -> next-token logits `(batch, seq, vocabulary_size)`.
+
+    Token embedding, learned positions (GPT-2) or rotary positions in every
+    self-attention (RoPE), `num_layers` pre-norm GELU decoder blocks without
+    cross-attention, a final LayerNorm and the output projection tied to the
+    token embedding. Id 0 is padding (never generated). `generate` continues
+    prompts: token ids in, ids out, or strings in, strings out with a
+    `CausalLMPreprocessor`.
+
+    Args:
+        vocabulary_size: int. Defaults to `50257` (GPT-2's byte-level BPE).
+        sequence_length: int. Longest sequence (learned positions; also the
+            generation bound). Defaults to `1024`.
+        hidden_dim, num_layers, num_heads, intermediate_dim: ints.
+        dropout: float. Embedding, attention-output and MLP-output dropout.
+            Defaults to `0.1`.
+        position: `"learned"` or `"rotary"`. Defaults to `"learned"`.
+        layer_norm_epsilon: float. Defaults to `1e-5`.
+        tie_output_embedding: bool. Defaults to `True`.
+        preprocessor: `kformer.data.preprocessors.CausalLMPreprocessor` or None.
+
+    Attributes: `token_embedding`, `decoder_blocks`, `final_norm`,
+    `output_projection` (None when tied).
+
+    Example:
+
+    >>> import numpy as np
+    >>> lm = CausalLM(vocabulary_size=50, sequence_length=16, hidden_dim=16, num_layers=1,
+    ...               num_heads=2, intermediate_dim=32)
+    >>> tuple(lm(np.ones((2, 5), "int32")).shape)
+    (2, 5, 50)
+    >>> lm.generate(np.array([[5, 6, 0], [7, 0, 0]]), max_length=6).shape  # right-padded prompts
+    (2, 6)
+    """
+
+    task_type = "text_generation"
+
+    def __init__(self, vocabulary_size=50257, sequence_length=1024, hidden_dim=768, num_layers=12,
+                 num_heads=12, intermediate_dim=3072, dropout=0.1, position="learned",
+                 layer_norm_epsilon=1e-5, tie_output_embedding=True, preprocessor=None, **kwargs):
+        check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
+                            hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
+                            intermediate_dim=intermediate_dim)
+        check_rates(dropout=dropout)
+        if position not in POSITIONS:
+            raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
+        init = keras.initializers.RandomNormal(stddev=0.02)
+        token_embedding = layers.TokenAndPositionEmbedding(
+            vocabulary_size, sequence_length, hidden_dim, position="learned" if position == "learned" else "none",
+            embeddings_initializer=init, name="embedding")
+        decoder_blocks = [blocks.TransformerDecoderBlock(
+            num_heads, intermediate_dim, dropout=dropout, activation="gelu", normalize_first=True,
+            layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=init,
+            rotary_max_wavelength=10000 if position == "rotary" else None, name=f"decoder_{i}")
+            for i in range(num_layers)]
+        final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm")
+        output_projection = None if tie_output_embedding else keras.layers.Dense(
+            vocabulary_size, use_bias=False, kernel_initializer=init, name="output_projection")
+
+        token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+        x = keras.layers.Dropout(dropout, name="embedding_dropout")(token_embedding(token_ids))
+        for block in decoder_blocks:
+            x = block(x)
+        x = final_norm(x)
+        logits = token_embedding(x, reverse=True) if output_projection is None else output_projection(x)
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
+        super().__init__(inputs=token_ids, outputs=logits, **kwargs)
+        self.token_embedding, self.decoder_blocks, self.final_norm = token_embedding, decoder_blocks, final_norm
+        self.output_projection = output_projection
+        self.vocabulary_size, self.sequence_length, self.hidden_dim = vocabulary_size, sequence_length, hidden_dim
+        self.num_layers, self.num_heads, self.intermediate_dim = num_layers, num_heads, intermediate_dim
+        self.dropout, self.position, self.layer_norm_epsilon = dropout, position, layer_norm_epsilon
+        self.tie_output_embedding = tie_output_embedding
+        self.preprocessor = check_preprocessor(preprocessor)
+
+    def validate_preprocessor(self, preprocessor=None):
+        preprocessor = self.preprocessor if preprocessor is None else preprocessor
+        if preprocessor is not None:
+            check_tokenizer_fits(preprocessor, "tokenizer", self.vocabulary_size)
+            if self.position == "learned":
+                check_length_fits(preprocessor, self.sequence_length)
+
+    def generate(self, prompts, max_length=None, **kwargs):
+        """Continue prompts: ids in, ids out; or, with a preprocessor, strings in, strings out.
+
+        Args:
+            prompts: int token ids `(batch, prompt_len)`, right-padded with 0;
+                or a str / list of str (needs the preprocessor).
+            max_length: int. Total length, prompt included. Defaults to the
+                preprocessor's `sequence_length` (strings) or the model's.
+            **kwargs: `kformer.models.generate` arguments (`strategy`, `k`,
+                `p`, `temperature`, `seed`, `num_beams`, `end_token_id`, ...).
+
+        Returns:
+            int32 `(batch, max_length)` (the prompt, then the generated
+            tokens, then 0) for ids; the prompt + continuation text for strings.
+        """
+        if not self._raw(prompts):
+            kwargs.setdefault("start_token_id", None)
+            return generate_ids(self, prompts, max_length=max_length or self.sequence_length, **kwargs)
+        preprocessor = self.preprocessor
+        single = isinstance(prompts, str)
+        ids = preprocessor.prompt_ids([prompts] if single else prompts)
+        ids = generate_ids(self, ids, max_length=max_length or preprocessor.sequence_length,
+                           start_token_id=None, end_token_id=kwargs.pop("end_token_id", preprocessor.end_token_id),
+                           **kwargs)
+        texts = preprocessor.detokenize(ids)
+        return texts[0] if single else texts
+
+
+@register("gpt2_small", **GPT2, hidden_dim=768, num_layers=12, num_heads=12, intermediate_dim=3072)
+@register("gpt_mini", vocabulary_size=16000, sequence_length=256, hidden_dim=256, num_layers=4, num_heads=4,
+          intermediate_dim=1024)
+@register("gpt_tiny", vocabulary_size=8000, sequence_length=128, hidden_dim=128, num_layers=2, num_heads=2,
+          intermediate_dim=512)
+@builder
+def causal_lm(**kwargs):
+    """Build a `CausalLM`: `causal_lm(preset="gpt_tiny", vocabulary_size=8000)`.
+
+    Args:
+        preset: str. `"gpt_tiny"` (CPU demo), `"gpt_mini"` or `"gpt2_small"`
+            (GPT-2 124M: 12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens).
+        **kwargs: `CausalLM` arguments; they replace the preset's.
+
+    Example:
+
+    >>> causal_lm(preset="gpt_tiny", vocabulary_size=100).output.shape
+    (None, None, 100)
+    """
+    return CausalLM(**kwargs)
+
