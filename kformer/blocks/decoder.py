@@ -28,10 +28,17 @@ class TransformerDecoderBlock(TransformerBlock):
             `compute_cross_attention_cache`; replaces `encoder_sequence`.
         use_causal_mask: bool. Defaults to `True`.
         training: bool.
+        return_attention_scores: bool. Also return the attention
+            probabilities. Defaults to `False`.
 
     Returns:
-        `(batch, seq, hidden_dim)`, followed by the updated self-attention
-        cache and the cross-attention cache when those were passed.
+        `(batch, seq, hidden_dim)` alone, or a tuple in this order: the
+        outputs; the updated self-attention cache (when one was passed); the
+        cross-attention cache (when one was passed); with
+        `return_attention_scores`, the self-attention scores
+        `(batch, heads, seq, seq)` (with a cache `(batch, heads, seq, max_len)`)
+        and, when the block has cross-attention, the cross-attention scores
+        `(batch, heads, seq, enc_seq)`. Masked keys (future, padded) get 0.
     """
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
@@ -72,6 +79,7 @@ class TransformerDecoderBlock(TransformerBlock):
         training=None,
         mask=None,
         encoder_sequence_mask=None,
+        return_attention_scores=False,
     ):
         if decoder_padding_mask is None and self_attention_cache is None:
             decoder_padding_mask = mask  # a step's own Keras mask does not cover the cache
@@ -108,11 +116,14 @@ class TransformerDecoderBlock(TransformerBlock):
                 use_causal_mask=use_causal_mask,
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
+                return_attention_scores=return_attention_scores,
                 training=training,
             )
 
+        # Each attention returns (output, [cache], [scores]): caches first, then scores.
         x, extras = self._residual(decoder_sequence, self_attend, self.self_attention_norm,
                                    self.self_attention_dropout, training)
+        caches, scores = extras[:int(cached)], extras[int(cached):]
         if self.cross_attention is not None:
             def cross_attend(h):
                 return self.cross_attention(
@@ -121,11 +132,14 @@ class TransformerDecoderBlock(TransformerBlock):
                     query_mask=None if cached else decoder_padding_mask,
                     value_mask=encoder_padding_mask,
                     cache=cross_attention_cache,
+                    return_attention_scores=return_attention_scores,
                     training=training,
                 )
 
             x, cross_extras = self._residual(x, cross_attend, self.cross_attention_norm,
                                              self.cross_attention_dropout, training)
-            extras += cross_extras
+            cross_cached = int(cross_attention_cache is not None)
+            caches, scores = caches + cross_extras[:cross_cached], scores + cross_extras[cross_cached:]
         x = self._run_feed_forward(x, None if cached else decoder_padding_mask, training)
+        extras = caches + scores
         return (x,) + extras if extras else x

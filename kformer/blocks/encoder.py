@@ -20,9 +20,13 @@ class TransformerEncoderBlock(TransformerBlock):
             incoming Keras mask.
         attention_mask: bool `(batch, seq, seq)`, merged with the padding mask.
         training: bool.
+        return_attention_scores: bool. Also return the self-attention
+            probabilities. Defaults to `False`.
 
     Returns:
-        `(batch, seq, hidden_dim)`; the input mask is passed through.
+        `(batch, seq, hidden_dim)`; the input mask is passed through. With
+        `return_attention_scores`, `(outputs, scores)`, scores
+        `(batch, heads, seq, seq)` (padded keys get 0).
     """
 
     def build(self, inputs_shape):
@@ -35,15 +39,18 @@ class TransformerEncoderBlock(TransformerBlock):
         self._build_feed_forward(inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, attention_mask=None, training=None, mask=None):
+    def call(self, inputs, padding_mask=None, attention_mask=None, training=None, mask=None,
+             return_attention_scores=False):
         padding_mask = mask if padding_mask is None else padding_mask
 
         def attend(h):
             return self.self_attention(
                 h, h, query_mask=padding_mask, value_mask=padding_mask,
-                attention_mask=attention_mask, training=training,
+                attention_mask=attention_mask, return_attention_scores=return_attention_scores,
+                training=training,
             )
 
-        x = self._residual(inputs, attend, self.self_attention_norm,
-                           self.self_attention_dropout, training)[0]
-        return self._run_feed_forward(x, padding_mask, training)
+        x, scores = self._residual(inputs, attend, self.self_attention_norm,
+                                   self.self_attention_dropout, training)
+        x = self._run_feed_forward(x, padding_mask, training)
+        return (x,) + scores if return_attention_scores else x

@@ -82,3 +82,44 @@ def test_decoder_errors():
         decoder_only(TARGET, SOURCE)
     with pytest.raises(ValueError, match=r"hidden_dim=8.*num_heads=3"):
         TransformerDecoderBlock(3, 16)(TARGET)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_attention_scores_are_causal_padded_probabilities(normalize_first):
+    block = TransformerDecoderBlock(2, 16, normalize_first=normalize_first)
+    masks = dict(decoder_padding_mask=TARGET_PADDING, encoder_padding_mask=SOURCE_PADDING)
+    plain = to_numpy(block(TARGET, SOURCE, **masks))
+    out, self_scores, cross_scores = block(TARGET, SOURCE, return_attention_scores=True, **masks)
+    self_scores, cross_scores = to_numpy(self_scores), to_numpy(cross_scores)
+    assert self_scores.shape == (2, 2, 6, 6) and cross_scores.shape == (2, 2, 6, 5)
+    for scores in (self_scores, cross_scores):
+        assert np.all(scores >= 0)
+        np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(np.triu(self_scores, 1), 0.0)  # future keys
+    np.testing.assert_array_equal(self_scores[1, :, :, 4:], 0.0)  # padded target keys
+    np.testing.assert_array_equal(cross_scores[1, :, :, 3:], 0.0)  # padded source keys
+    np.testing.assert_allclose(to_numpy(out), plain, atol=1e-5)
+
+
+def test_decoder_only_attention_scores():
+    block = TransformerDecoderBlock(2, 16)
+    plain = to_numpy(block(TARGET))
+    out, scores = block(TARGET, return_attention_scores=True)
+    np.testing.assert_allclose(to_numpy(out), plain, atol=1e-5)
+    np.testing.assert_array_equal(np.triu(to_numpy(scores)[0, 0], 1), 0.0)
+
+
+def test_cached_attention_scores_equal_full_pass_rows():
+    block = TransformerDecoderBlock(2, 16)
+    _, full_self, full_cross = (to_numpy(s) for s in block(
+        TARGET, SOURCE, encoder_padding_mask=SOURCE_PADDING, return_attention_scores=True))
+    cache, cross_cache = ops.zeros((2, 2, 6, 2, 4)), block.compute_cross_attention_cache(SOURCE)
+    for i in range(6):
+        # Order: outputs, self cache, cross cache, self scores, cross scores.
+        _, cache, cross_cache, self_scores, cross_scores = block(
+            TARGET[:, i : i + 1], encoder_padding_mask=SOURCE_PADDING, self_attention_cache=cache,
+            self_attention_cache_update_index=i, cross_attention_cache=cross_cache,
+            return_attention_scores=True)
+        assert tuple(self_scores.shape) == (2, 2, 1, 6)  # keys: the whole cache
+        np.testing.assert_allclose(to_numpy(self_scores)[:, :, 0], full_self[:, :, i], atol=1e-5)
+        np.testing.assert_allclose(to_numpy(cross_scores)[:, :, 0], full_cross[:, :, i], atol=1e-5)

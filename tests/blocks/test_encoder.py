@@ -89,3 +89,28 @@ def test_encoder_errors():
         TransformerEncoderBlock(2, 16, dropout=1.0)
     with pytest.raises(ValueError, match="num_experts=-1"):
         TransformerEncoderBlock(2, 16, num_experts=-1)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_attention_scores_are_probabilities_over_real_keys(normalize_first):
+    block = TransformerEncoderBlock(2, 16, normalize_first=normalize_first)
+    plain = to_numpy(block(X, padding_mask=PADDING))
+    out, scores = block(X, padding_mask=PADDING, return_attention_scores=True)
+    scores = to_numpy(scores)
+    assert scores.shape == (2, 2, 6, 6)  # (batch, heads, q_len, k_len)
+    assert np.all(scores >= 0)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(scores[1, :, :, 4:], 0.0)  # padded keys
+    np.testing.assert_allclose(to_numpy(out), plain, atol=1e-5)
+
+
+def test_attention_scores_follow_the_keras_mask_and_trace_symbolically():
+    ids = np.array([[3, 4, 5, 0], [1, 0, 0, 0]])
+    inputs = keras.Input((4,), dtype="int32")
+    block = TransformerEncoderBlock(2, 16)
+    y, scores = block(keras.layers.Embedding(10, 8, mask_zero=True)(inputs), return_attention_scores=True)
+    assert tuple(scores.shape) == (None, 2, 4, 4)
+    out, scores = keras.Model(inputs, [y, scores]).predict(ids, verbose=0)
+    np.testing.assert_array_equal(scores[0, :, :, 3], 0.0)
+    np.testing.assert_array_equal(scores[1, :, :, 1:], 0.0)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
