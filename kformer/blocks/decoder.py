@@ -12,7 +12,17 @@ class TransformerDecoderBlock(TransformerBlock):
 
     Cross-attention exists when the block is built with an `encoder_sequence`
     (encoder-decoder); without one it is a decoder-only (GPT-style) block.
-    Arguments are those of `kformer.blocks.base.TransformerBlock`.
+
+    Args:
+        num_heads: int. Attention heads; must divide the input width.
+        intermediate_dim: int. Hidden width of the feed-forward.
+        dropout: float. Residual dropout on each sublayer output. Defaults to `0.0`.
+        activation: Feed-forward activation. Defaults to `"relu"`.
+        normalize_first: bool. `False`: post-norm `LN(x + f(x))` (the paper);
+            `True`: pre-norm `x + f(LN(x))`. Defaults to `False`.
+        **kwargs: the other `kformer.blocks.base.TransformerBlock` arguments
+            (`attention_dropout`, `layer_norm_epsilon`, `num_experts`,
+            `rotary_max_wavelength`, ...) and `keras.layers.Layer`'s.
 
     Call arguments:
         decoder_sequence: `(batch, seq, hidden_dim)`.
@@ -39,6 +49,19 @@ class TransformerDecoderBlock(TransformerBlock):
         `(batch, heads, seq, seq)` (with a cache `(batch, heads, seq, max_len)`)
         and, when the block has cross-attention, the cross-attention scores
         `(batch, heads, seq, enc_seq)`. Masked keys (future, padded) get 0.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
+    >>> target, source = np.ones((2, 4, 8), "float32"), np.ones((2, 6, 8), "float32")
+    >>> tuple(block(target, source).shape)
+    (2, 4, 8)
+    >>> cache = np.zeros((2, 2, 4, 2, 4), "float32")  # (batch, 2, max_len, heads, head_dim)
+    >>> out, cache, cross = block(target[:, :1], self_attention_cache=cache, self_attention_cache_update_index=0,
+    ...                           cross_attention_cache=block.compute_cross_attention_cache(source))
+    >>> tuple(out.shape)
+    (2, 1, 8)
     """
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):

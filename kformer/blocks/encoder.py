@@ -9,10 +9,18 @@ from kformer.blocks.base import TransformerBlock
 class TransformerEncoderBlock(TransformerBlock):
     """Self-attention then feed-forward, each with residual, dropout and LayerNorm.
 
-    Arguments are those of `kformer.blocks.base.TransformerBlock` (`num_heads`,
-    `intermediate_dim`, `dropout`, `activation`, `normalize_first`,
-    `num_experts`, ...). `num_experts > 0` makes the feed-forward a
-    `MixtureOfExperts`.
+    `num_experts > 0` makes the feed-forward a `MixtureOfExperts`.
+
+    Args:
+        num_heads: int. Attention heads; must divide the input width.
+        intermediate_dim: int. Hidden width of the feed-forward.
+        dropout: float. Residual dropout on each sublayer output. Defaults to `0.0`.
+        activation: Feed-forward activation. Defaults to `"relu"`.
+        normalize_first: bool. `False`: post-norm `LN(x + f(x))` (the paper);
+            `True`: pre-norm `x + f(LN(x))`. Defaults to `False`.
+        **kwargs: the other `kformer.blocks.base.TransformerBlock` arguments
+            (`attention_dropout`, `layer_norm_epsilon`, `num_experts`,
+            `rotary_max_wavelength`, ...) and `keras.layers.Layer`'s.
 
     Call arguments:
         inputs: `(batch, seq, hidden_dim)`.
@@ -27,6 +35,15 @@ class TransformerEncoderBlock(TransformerBlock):
         `(batch, seq, hidden_dim)`; the input mask is passed through. With
         `return_attention_scores`, `(outputs, scores)`, scores
         `(batch, heads, seq, seq)` (padded keys get 0).
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
+    >>> x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    >>> out, scores = block(x, padding_mask=np.array([[1, 1, 1, 0, 0]] * 2, bool), return_attention_scores=True)
+    >>> tuple(out.shape), float(np.asarray(scores)[0, 0, 0, 3:].sum())  # padded keys get no weight
+    ((2, 5, 8), 0.0)
     """
 
     def build(self, inputs_shape):

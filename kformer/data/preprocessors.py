@@ -163,7 +163,8 @@ class Preprocessor(keras.layers.Layer):
         ds = ds.map(lambda *c: self(*c)).unbatch().cache()
         if shuffle:
             ds = ds.shuffle(count, seed=seed, reshuffle_each_iteration=True)
-        return ds.batch(batch_size).prefetch(2).with_options(data_options())
+        ds = ds.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
+        return ds.prefetch(2).with_options(data_options())  # a known length: fit shows progress, no warning
 
     def get_config(self):
         return {**super().get_config(), "sequence_length": self.sequence_length}
