@@ -383,9 +383,18 @@ class CausalLMPreprocessor(TextClassifierPreprocessor):
 
     def prompt_ids(self, prompts):
         """Prompts -> int32 numpy `(batch, longest)`: `[START] prompt`, right-padded with 0."""
-        ragged = self.tokenizer.tokenize(as_strings(prompts, "prompts"))[:, : self.sequence_length - 1]
+        return self.prompt_tensor(as_strings(prompts, "prompts")).numpy()
+
+    def prompt_tensor(self, prompts, max_tokens=None):
+        """String tensor `(batch,)` -> int32 `(batch, longest)` `[START] prompt`, right-padded (graph-safe).
+
+        At most `max_tokens` (default `sequence_length`) tokens per row: a
+        longer prompt keeps its beginning.
+        """
+        keep = (max_tokens or self.sequence_length) - 1
+        ragged = self.tokenizer.tokenize(prompts)[:, :keep]
         start = tf.fill([ragged.nrows(), 1], self.tokenizer.token_to_id(START))
-        return tf.concat([start, ragged], axis=1).to_tensor(0).numpy()
+        return tf.concat([start, tf.cast(ragged, tf.int32)], axis=1).to_tensor(0)
 
     def detokenize(self, token_ids):
         """Generated ids `(batch, length)` -> list of str (special tokens dropped)."""

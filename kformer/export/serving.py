@@ -51,19 +51,22 @@ def export_for_serving(task, export_dir, *, version=None, **options):
 
 
 def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
-                     model_name=None, warmup_requests=True):
+                     model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
         task: a kformer task (`TextClassifier`, `BertTextClassifier`,
-            `Translator`, `BertPretrainer`, `ViTImageClassifier`) with its
+            `Translator`, `BertPretrainer`, `ViTImageClassifier`, `CausalLM`) with its
             preprocessor (image tasks without one get a resizing preprocessor
             for their input size).
         directory: path. Empty or new.
-        max_length: int. Translation: most generated tokens (default: the
+        max_length: int. Translation: most generated tokens; text
+            generation: total length, prompt included (default: the
             preprocessor's `sequence_length`).
         num_beams: int. Translation: beam width of `translate_beam`. Defaults to `4`.
         top_k: int. Fill-mask: candidates per `[MASK]`. Defaults to `5`.
+        top_p, temperature: floats. Text generation: the nucleus mass and
+            temperature of the `generate_sample` signature. Default `0.9`, `1.0`.
         class_names: list of str. Classifiers: the labels (default: `task.class_names`).
         model_name: str. Name in the warmup requests (default: `task.name`).
         warmup_requests: bool. Also write `assets.extra/tf_serving_warmup_requests`.
@@ -79,7 +82,8 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
     >>> (path / "saved_model.pb").is_file()
     True
     """
-    preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name)
+    preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name,
+                                     top_p, temperature)
     directory = pathlib.Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"`directory` must be an empty folder or a new path. Received: {directory} "
@@ -121,7 +125,7 @@ def default_preprocessor(task):
                      "`kformer.models.load`. Received: preprocessor=None")
 
 
-def _options(task, max_length, num_beams, top_k, class_names, model_name):
+def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature):
     task_type = getattr(task, "task_type", None)
     if task_type not in SIGNATURES:
         raise ValueError("`task` must be a kformer task model with serving signatures "
@@ -142,6 +146,18 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name):
         for name in ("max_length", "num_beams"):
             if not isinstance(options[name], int) or options[name] < 1:
                 raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={options[name]!r}")
+    if task_type == "text_generation":
+        options.update(max_length=max_length or preprocessor.sequence_length, top_p=top_p,
+                       temperature=temperature)
+        limit = task.sequence_length if task.position == "learned" else None
+        if not isinstance(max_length or 2, int) or options["max_length"] < 2 or (
+                limit and options["max_length"] > limit):
+            raise ValueError(f"`max_length` must be an int in [2, {limit or 'inf'}] (prompt included). "
+                             f"Received: max_length={options['max_length']!r}")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise ValueError(f"`top_p` must be a float in (0, 1]. Received: top_p={top_p!r}")
+        if not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf"):
+            raise ValueError(f"`temperature` must be a finite float > 0. Received: temperature={temperature!r}")
     if task_type == "fill_mask":
         if not isinstance(top_k, int) or not 1 <= top_k <= preprocessor.tokenizer.vocabulary_size:
             raise ValueError(f"`top_k` must be an int in [1, {preprocessor.tokenizer.vocabulary_size}]. "

@@ -63,6 +63,31 @@ def translate(strategy):
     return make
 
 
+def generate_text(strategy):
+    """`prompt` string `(batch,)` (+ `seed` int64 scalar when sampling) -> `completion`, `text`."""
+    def make(task, preprocessor, options):
+        from kformer.models.generate import decode_function
+
+        max_length = options["max_length"]
+        decode = decode_function(task, strategy=strategy, max_length=max_length,
+                                 end_token_id=preprocessor.end_token_id, p=options["top_p"],
+                                 temperature=options["temperature"])
+
+        def complete(prompt, seed=None):
+            ids = preprocessor.prompt_tensor(prompt, max_length - 1)  # room for one new token at least
+            noise = None
+            if seed is not None:  # the loop reads one uniform per row and step
+                noise = tf.random.stateless_uniform([tf.shape(ids)[0], max_length],
+                                                    seed=tf.stack([tf.cast(seed, tf.int64), 0]))
+            tokens = decode(ids, noise)
+            prompt_length = tf.reduce_sum(tf.cast(tf.not_equal(ids, 0), tf.int32), axis=1)
+            generated = tf.where(tf.range(tf.shape(tokens)[1])[None, :] >= prompt_length[:, None], tokens, 0)
+            detokenize = preprocessor.tokenizer.detokenize
+            return {"completion": detokenize(generated), "text": detokenize(tokens)}
+        return complete
+    return make
+
+
 def fill_mask(task, preprocessor, options):
     """Text with [MASK] tokens -> top-k `tokens` / `scores` / `token_ids` `(batch, masks, k)`, `num_masks`."""
     top_k = options["top_k"]
@@ -108,12 +133,19 @@ def _png():
 
 TEXT = {"text": (tf.string, [None])}
 TEXT_WARMUP = lambda: {"text": np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)}  # noqa: E731
+PROMPT_WARMUP = lambda: {"prompt": np.array([b"The movie was", b""], dtype=object)}  # noqa: E731
 SIGNATURES = {
     "text_classification": (
         Signature("serving_default", TEXT, LABEL_OUTPUTS, classify_text, TEXT_WARMUP),),
     "translation": (
         Signature("serving_default", TEXT, ("translation",), translate("greedy"), TEXT_WARMUP),
         Signature("translate_beam", TEXT, ("translation",), translate("beam"), TEXT_WARMUP)),
+    "text_generation": (
+        Signature("serving_default", {"prompt": (tf.string, [None])}, ("completion", "text"),
+                  generate_text("greedy"), PROMPT_WARMUP),
+        Signature("generate_sample", {"prompt": (tf.string, [None]), "seed": (tf.int64, [])},
+                  ("completion", "text"), generate_text("top_p"),
+                  lambda: {**PROMPT_WARMUP(), "seed": np.int64(1)})),
     "fill_mask": (
         Signature("serving_default", TEXT, ("tokens", "scores", "token_ids", "num_masks"), fill_mask, TEXT_WARMUP),
         Signature("fill_mask", TEXT, ("tokens", "scores", "token_ids", "num_masks"), fill_mask, TEXT_WARMUP)),

@@ -126,6 +126,7 @@ class BertPretrainer(Task):
         self.backbone = backbone
         self.mlm_transform, self.mlm_norm, self.mlm_bias, self.nsp_head = mlm_transform, mlm_norm, mlm_bias, nsp_head
         self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
@@ -198,6 +199,7 @@ class BertTextClassifier(ClassifierTask):
         self.backbone, self.head = backbone, head
         self.num_classes, self.dropout, self.class_names = num_classes, dropout, class_names
         self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

@@ -82,6 +82,7 @@ class TextClassifier(ClassifierTask):
         self.num_classes, self.dropout, self.pooling = num_classes, dropout, pooling
         self.normalize_first, self.class_names = normalize_first, class_names
         self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
@@ -92,13 +93,14 @@ class TextClassifier(ClassifierTask):
 
 @register("imdb_small", hidden_dim=64, num_heads=2, intermediate_dim=128, num_layers=2)
 @register("imdb_tiny", hidden_dim=32, num_heads=2, intermediate_dim=64, num_layers=1)
-@builder
+@builder(sizes=lambda preprocessor: {"vocabulary_size": preprocessor.tokenizer.vocabulary_size})
 def imdb_classifier(**kwargs):
     """Build a `TextClassifier`: `imdb_classifier(preset="imdb_small", vocabulary_size=8000)`.
 
     Args:
         preset: str. `"imdb_tiny"` or `"imdb_small"`.
-        **kwargs: `TextClassifier` arguments; they replace the preset's.
+        **kwargs: `TextClassifier` arguments; they replace the preset's. With a
+            `preprocessor` and no `vocabulary_size`, its tokenizer's size.
 
     Example:
 

@@ -88,6 +88,7 @@ class CausalLM(Task):
         self.dropout, self.position, self.layer_norm_epsilon = dropout, position, layer_norm_epsilon
         self.tie_output_embedding = tie_output_embedding
         self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
@@ -129,14 +130,15 @@ class CausalLM(Task):
           intermediate_dim=1024)
 @register("gpt_tiny", vocabulary_size=8000, sequence_length=128, hidden_dim=128, num_layers=2, num_heads=2,
           intermediate_dim=512)
-@builder
+@builder(sizes=lambda preprocessor: {"vocabulary_size": preprocessor.tokenizer.vocabulary_size})
 def causal_lm(**kwargs):
     """Build a `CausalLM`: `causal_lm(preset="gpt_tiny", vocabulary_size=8000)`.
 
     Args:
         preset: str. `"gpt_tiny"` (CPU demo), `"gpt_mini"` or `"gpt2_small"`
             (GPT-2 124M: 12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens).
-        **kwargs: `CausalLM` arguments; they replace the preset's.
+        **kwargs: `CausalLM` arguments; they replace the preset's. With a
+            `preprocessor` and no `vocabulary_size`, its tokenizer's size.
 
     Example:
 

@@ -5,7 +5,8 @@ A builder is a function returning a task model; `@builder` gives it a
 of it. Overrides replace the preset's values, also when spelled differently:
 `expand` lets separate arguments replace a preset's shared one (a preset's
 `vocabulary_size` yields to `encoder_vocabulary_size`), and `aliases` accepts
-renamed arguments (with a DeprecationWarning). `get_preset(name)` is the
+renamed arguments (with a DeprecationWarning), and `sizes` reads vocabulary
+sizes from a `preprocessor=` argument unless the caller passes them. `get_preset(name)` is the
 resolved keyword arguments a recipe saves beside the model.
 """
 
@@ -15,7 +16,7 @@ import warnings
 _REGISTRY = {}
 
 
-def builder(fn=None, *, expand=None, aliases=None):
+def builder(fn=None, *, expand=None, aliases=None, sizes=None):
     """Decorator: `fn(preset=None, **kwargs)` fills unset kwargs from the preset.
 
     Args:
@@ -24,6 +25,9 @@ def builder(fn=None, *, expand=None, aliases=None):
             separate name, the preset's shared value fills the other separate
             names instead of conflicting with them.
         aliases: dict `old_name -> new_name` of renamed arguments.
+        sizes: function `preprocessor -> dict` of arguments (vocabulary
+            sizes) read from a `preprocessor=` argument; used only when the
+            caller passes none of them.
 
     Example:
 
@@ -42,6 +46,12 @@ def builder(fn=None, *, expand=None, aliases=None):
         @functools.wraps(fn)
         def build_with_preset(preset=None, **kwargs):
             kwargs = _rename(fn.__name__, kwargs, aliases)
+            if sizes is not None and kwargs.get("preprocessor") is not None:
+                try:
+                    derived = sizes(kwargs["preprocessor"])
+                except AttributeError:  # not a preprocessor: the task's own check says so
+                    derived = {}
+                kwargs = _sizes_from_preprocessor(kwargs, derived, expand)
             if preset is not None:
                 preset_fn, preset_kwargs = _lookup(preset)
                 if preset_fn is not build_with_preset:
@@ -68,6 +78,15 @@ def _rename(builder_name, kwargs, aliases):
             kwargs = {**kwargs, new: kwargs[old]}
             del kwargs[old]
     return kwargs
+
+
+def _sizes_from_preprocessor(kwargs, derived, expand):
+    """Add the preprocessor's sizes unless the caller passed any of them (or their shared form)."""
+    related = set(derived)
+    for shared, separate in expand.items():
+        if related & ({shared} | set(separate)):
+            related |= {shared} | set(separate)
+    return kwargs if related & set(kwargs) else {**kwargs, **derived}
 
 
 def _expand(preset_kwargs, kwargs, expand):

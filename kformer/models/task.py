@@ -189,7 +189,10 @@ class ClassifierTask(Task):
 
 def check_tokenizer_fits(preprocessor, attribute, vocabulary_size):
     """A ValueError when `preprocessor.<attribute>` has more tokens than the model's embedding rows."""
-    size = getattr(preprocessor, attribute).vocabulary_size
+    tokenizer = getattr(preprocessor, attribute)
+    if getattr(tokenizer, "vocabulary", None) is None:
+        return  # being loaded: the vocabulary asset arrives after construction (export checks again)
+    size = tokenizer.vocabulary_size
     if size > vocabulary_size:
         raise ValueError(f"The preprocessor's `{attribute}` has {size} tokens, but the model's vocabulary "
                          f"holds {vocabulary_size}: ids >= {vocabulary_size} would index past its "

@@ -116,6 +116,7 @@ class Translator(Task):
         self.num_encoder_layers, self.num_decoder_layers = num_encoder_layers, num_decoder_layers
         self.tie_output_embedding, self.normalize_first = tie_output_embedding, normalize_first
         self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
@@ -165,6 +166,14 @@ def _vocabularies(shared, encoder, decoder):
     return source, target, shared is not None and encoder is None and decoder is None
 
 
+def _translator_sizes(preprocessor):
+    source, target = preprocessor.source_tokenizer, preprocessor.target_tokenizer
+    if source is target:
+        return {"vocabulary_size": source.vocabulary_size}
+    return {"encoder_vocabulary_size": source.vocabulary_size,
+            "decoder_vocabulary_size": target.vocabulary_size}
+
+
 @register("transformer_big", **{**PAPER, "dropout": 0.3}, hidden_dim=1024, num_heads=16,
           intermediate_dim=4096, num_encoder_layers=6, num_decoder_layers=6)
 @register("transformer_base", **PAPER, hidden_dim=512, num_heads=8, intermediate_dim=2048,
@@ -173,7 +182,8 @@ def _vocabularies(shared, encoder, decoder):
           num_heads=4, intermediate_dim=1024, num_encoder_layers=3, num_decoder_layers=3)
 @register("transformer_tiny", vocabulary_size=8000, sequence_length=64, hidden_dim=64,
           num_heads=2, intermediate_dim=128, num_encoder_layers=2, num_decoder_layers=2)
-@builder(expand={"vocabulary_size": ("encoder_vocabulary_size", "decoder_vocabulary_size")})
+@builder(expand={"vocabulary_size": ("encoder_vocabulary_size", "decoder_vocabulary_size")},
+         sizes=_translator_sizes)
 def translator(**kwargs):
     """Build a `Translator`: `translator(preset="transformer_tiny", vocabulary_size=8000)`.
 
@@ -182,6 +192,8 @@ def translator(**kwargs):
         **kwargs: `Translator` arguments; they replace the preset's. Separate
             `encoder_vocabulary_size` / `decoder_vocabulary_size` replace a
             preset's shared `vocabulary_size` (the side not given keeps it).
+            With a `preprocessor` and no vocabulary size, the sizes are its
+            tokenizers' (one shared table when both sides share a tokenizer).
 
     Example:
 

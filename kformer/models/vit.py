@@ -82,6 +82,7 @@ class ViTImageClassifier(ClassifierTask):
         self.num_experts, self.moe_every, self.top_k = num_experts, moe_every, top_k
         self.class_names = class_names
         self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

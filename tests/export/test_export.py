@@ -12,10 +12,12 @@ import tensorflow as tf
 
 from kformer import export, models
 from kformer.data import imdb
-from kformer.data.preprocessors import BertPreprocessor, TextClassifierPreprocessor, TranslatorPreprocessor
+from kformer.data.preprocessors import (BertPreprocessor, CausalLMPreprocessor, TextClassifierPreprocessor,
+                                        TranslatorPreprocessor)
 from kformer.data.wordpiece import WordPieceTokenizer
 
 TEXTS = ["An absolutely wonderful film.", "", "terrible " * 400, "The acting was [MASK] and the [MASK] too."]
+PROMPTS = ["The movie was", "", "terrible " * 40]  # the last is cut to max_length - 1 tokens
 CLASSES = ["negative", "positive"]
 DIGITS = [str(i) for i in range(10)]
 
@@ -64,6 +66,18 @@ def served(tokenizer, tmp_path_factory):
         want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10)
         add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)})
 
+    lm_preprocessor = CausalLMPreprocessor(tokenizer, 16)
+    lm = models.causal_lm(preset="gpt_tiny", sequence_length=16, preprocessor=lm_preprocessor)
+    path = export.export_for_serving(lm, base / "gpt", max_length=12)
+    prompt_ids = lm_preprocessor.prompt_ids(PROMPTS[:2])
+    ids = lm.generate(prompt_ids, max_length=12)
+    generated = np.where(np.arange(12) >= (prompt_ids != 0).sum(1)[:, None], ids, 0)
+    want = {"text": lm.generate(PROMPTS[:2], max_length=12), "completion": lm_preprocessor.detokenize(generated)}
+    prompts = {"prompt": np.array(PROMPTS, dtype=object)}
+    add(path, "serving_default", prompts, want)
+    for seed in (1, 1, 2):
+        add(path, "generate_sample", {**prompts, "seed": np.int64(seed)}, "sample")
+
     vit = models.vit(preset="vit_tiny")  # no preprocessor: export resizes to its input size
     path = export.export_for_serving(vit, base / "vit", class_names=DIGITS)
     gray = np.random.default_rng(0).integers(0, 256, (3, 28, 28, 1), dtype=np.uint8)
@@ -107,6 +121,18 @@ def test_translations_equal_generate(served):
         assert got["translation"].tolist() == want["translation"].tolist()
 
 
+def test_text_generation_equals_generate_and_samples_by_seed(served):
+    results = [(w, g) for (p, _, _), w, g in zip(*served) if p.endswith("gpt/1")]
+    (want, greedy), samples = results[0], [g for _, g in results[1:]]
+    assert [t.decode() for t in greedy["text"][:2]] == want["text"]
+    assert [t.decode() for t in greedy["completion"][:2]] == want["completion"]
+    assert want["completion"][0] and want["text"][0].startswith("the movie was")
+    assert greedy["text"][2].decode().startswith("terrible terrible")  # a long prompt is cut, not refused
+    assert samples[0]["text"].tolist() == samples[1]["text"].tolist()  # same seed, same tokens
+    assert samples[0]["text"].tolist() != samples[2]["text"].tolist()
+    assert all(t.decode().startswith("the movie was") for t in (s["text"][0] for s in samples))
+
+
 def test_fill_mask_returns_top_k_per_mask(served, tokenizer):
     (want, got), = [(w, g) for (p, _, _), w, g in zip(*served) if "bert_mlm" in p]
     assert got["num_masks"].tolist() == [0, 0, 0, 2]
@@ -133,6 +159,9 @@ def test_saved_model_cli_lists_signatures(served):
     shown = {p: subprocess.run([str(cli), "show", "--dir", p, "--all"], capture_output=True,
                                text=True, check=True).stdout for p in paths}
     translator = next(s for p, s in shown.items() if "translator" in p)
+    gpt = next(s for p, s in shown.items() if p.endswith("gpt/1"))
+    assert "signature_def['generate_sample']" in gpt and "inputs['seed'] tensor_info:\n        dtype: DT_INT64\n        shape: ()" in gpt
+    assert "outputs['completion'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in gpt
     assert "signature_def['translate_beam']" in translator and "signature_def['serving_default']" in translator
     assert "outputs['translation'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in translator
     imdb_export = next(s for p, s in shown.items() if "imdb" in p)
@@ -176,11 +205,22 @@ def test_bad_arguments_name_the_argument(tokenizer):
                                      preprocessor=TextClassifierPreprocessor(tokenizer, 16))
     with pytest.raises(ValueError, match="`class_names` must be 2 strings"):
         export.save_for_serving(fitting, "unused", class_names=["only one"])
-    small = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
-                                   preprocessor=TextClassifierPreprocessor(tokenizer, 16))
-    with pytest.raises(ValueError, match=r"`tokenizer` has \d+ tokens, but the model's vocabulary holds 100"):
+    too_big = r"`tokenizer` has \d+ tokens, but the model's vocabulary holds 100"
+    with pytest.raises(ValueError, match=too_big):  # at construction
+        models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
+                               preprocessor=TextClassifierPreprocessor(tokenizer, 16))
+    small = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16)
+    small.preprocessor = TextClassifierPreprocessor(tokenizer, 16)  # attached later: export checks again
+    with pytest.raises(ValueError, match=too_big):
         export.save_for_serving(small, "unused")
-    longer = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16,
-                                    preprocessor=TextClassifierPreprocessor(tokenizer, 32))
+    longer = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
+    longer.preprocessor = TextClassifierPreprocessor(tokenizer, 32)
     with pytest.raises(ValueError, match="sequence_length=16.*Received: sequence_length=32"):
         export.save_for_serving(longer, "unused")
+    lm = models.causal_lm(preset="gpt_tiny", sequence_length=16, preprocessor=CausalLMPreprocessor(tokenizer, 16))
+    with pytest.raises(ValueError, match=r"`max_length` must be an int in \[2, 16\].*max_length=40"):
+        export.save_for_serving(lm, "unused", max_length=40)
+    with pytest.raises(ValueError, match=r"`top_p` must be a float in \(0, 1\]. Received: top_p=1.5"):
+        export.save_for_serving(lm, "unused", top_p=1.5)
+    with pytest.raises(ValueError, match="`temperature` must be a finite float > 0"):
+        export.save_for_serving(lm, "unused", temperature=float("nan"))

@@ -176,3 +176,24 @@ def test_no_code_finds_a_model_part_by_name():
     hits = [f"{path}:{n}" for folder in ("kformer", "recipes") for path in (ROOT / folder).rglob("*.py")
             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+def test_builders_read_vocabulary_sizes_from_the_preprocessor_unless_given():
+    from kformer.data.preprocessors import TextClassifierPreprocessor, TranslatorPreprocessor
+    from kformer.data.wordpiece import WordPieceTokenizer
+
+    from kformer.data.wordpiece import SPECIAL_TOKENS
+
+    source = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["a", "b"])
+    target = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["x", "y", "z"])
+    model = models.translator(preset="transformer_tiny", preprocessor=TranslatorPreprocessor(source, target, 8))
+    assert (model.encoder_embedding.vocabulary_size, model.decoder_embedding.vocabulary_size) == (9, 10)
+    shared = models.translator(preset="transformer_tiny", preprocessor=TranslatorPreprocessor(source, source, 8))
+    assert shared.encoder_embedding is shared.decoder_embedding
+    assert shared.encoder_embedding.vocabulary_size == 9
+    with pytest.raises(ValueError, match="tokenizer"):  # a size the caller gives wins, and is checked
+        models.translator(preset="transformer_tiny", vocabulary_size=5,
+                          preprocessor=TranslatorPreprocessor(source, target, 8))
+    classifier = models.imdb_classifier(preset="imdb_tiny", sequence_length=8,
+                                        preprocessor=TextClassifierPreprocessor(target, 8))
+    assert classifier.token_embedding.vocabulary_size == 10

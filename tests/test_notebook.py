@@ -1,0 +1,41 @@
+"""The quickstart notebook runs top to bottom, and is committed without outputs."""
+
+import json
+import os
+import pathlib
+import re
+
+import pytest
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
+
+
+def test_notebook_is_committed_without_outputs():
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert code, "the quickstart has no code cells"
+    assert all(not c["outputs"] and c["execution_count"] is None for c in code), (
+        "strip the outputs before committing: jupyter nbconvert --clear-output --inplace "
+        f"{NOTEBOOK.name}")
+
+
+@pytest.mark.tf_only
+def test_notebook_runs_top_to_bottom():
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    # The kernel inherits this environment (TensorFlow backend) and runs in notebooks/.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    client = nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()
+    outputs = "\n".join(
+        o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
+        for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
+    assert "Traceback" not in outputs
+    assert "-> '" in outputs  # translations printed
+    images = sum("image/png" in o.get("data", {}) for c in notebook.cells if c.cell_type == "code"
+                 for o in c.outputs)
+    assert images >= 2, f"expected the position encoding and attention plots, got {images} images"
+    assert re.search(r"\['(positive|negative)', '(positive|negative)'\]", outputs)  # predict_labels
+    assert "imdb/1" in outputs  # the export path, version 1
