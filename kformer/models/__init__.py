@@ -3,7 +3,7 @@
 `kformer.models.translator(preset="transformer_tiny", ...)` or
 `kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
 `TextClassifier`, `BertBackbone` and its `BertPretrainer` /
-`BertTextClassifier`, `ViTImageClassifier`, `CausalLM`); `list_models()` names every
+`BertTextClassifier`, `ViTImageClassifier`, `CausalLM`, `ConformerEncoder`); `list_models()` names every
 preset; `load(path)` reads a recipe's output back.
 """
 
@@ -16,6 +16,7 @@ from kformer.models.bert import (
     mini_bert_pretraining,
 )
 from kformer.models.classifier import TextClassifier, imdb_classifier
+from kformer.models.conformer import ConformerEncoder, conformer_encoder
 from kformer.models.generate import generate
 from kformer.models.gpt import CausalLM, causal_lm
 from kformer.models.load import load
@@ -31,6 +32,7 @@ __all__ = [
     "BertPretrainer",
     "BertTextClassifier",
     "CausalLM",
+    "ConformerEncoder",
     "ClassifierTask",
     "LabelSmoothedCrossEntropy",
     "Task",
@@ -41,6 +43,7 @@ __all__ = [
     "build",
     "builder",
     "causal_lm",
+    "conformer_encoder",
     "generate",
     "get_preset",
     "imdb_classifier",
