@@ -381,9 +381,12 @@ class CausalLMPreprocessor(TextClassifierPreprocessor):
             weights = weights * tf.cast(sample_weight, tf.float32)[:, None]
         return packed[:, :-1], labels, weights
 
-    def prompt_ids(self, prompts):
-        """Prompts -> int32 numpy `(batch, longest)`: `[START] prompt`, right-padded with 0."""
-        return self.prompt_tensor(as_strings(prompts, "prompts")).numpy()
+    def prompt_ids(self, prompts, max_tokens=None):
+        """Prompts -> int32 numpy `(batch, longest)`: `[START] prompt`, right-padded with 0.
+
+        At most `max_tokens` (default `sequence_length`) tokens per row.
+        """
+        return self.prompt_tensor(as_strings(prompts, "prompts"), max_tokens).numpy()
 
     def prompt_tensor(self, prompts, max_tokens=None):
         """String tensor `(batch,)` -> int32 `(batch, longest)` `[START] prompt`, right-padded (graph-safe).

@@ -104,7 +104,8 @@ class CausalLM(Task):
             prompts: int token ids `(batch, prompt_len)`, right-padded with 0;
                 or a str / list of str (needs the preprocessor).
             max_length: int. Total length, prompt included. Defaults to the
-                preprocessor's `sequence_length` (strings) or the model's.
+                preprocessor's `sequence_length` (strings) or the model's. A
+                string prompt keeps its first `max_length - 1` tokens.
             **kwargs: `kformer.models.generate` arguments (`strategy`, `k`,
                 `p`, `temperature`, `seed`, `num_beams`, `end_token_id`, ...).
 
@@ -117,8 +118,11 @@ class CausalLM(Task):
             return generate_ids(self, prompts, max_length=max_length or self.sequence_length, **kwargs)
         preprocessor = self.preprocessor
         single = isinstance(prompts, str)
-        ids = preprocessor.prompt_ids([prompts] if single else prompts)
-        ids = generate_ids(self, ids, max_length=max_length or preprocessor.sequence_length,
+        max_length = max_length or preprocessor.sequence_length
+        # A prompt keeps its first max_length - 1 tokens (room to generate), as the export does.
+        ids = preprocessor.prompt_ids([prompts] if single else prompts, max_tokens=max_length - 1 if
+                                      isinstance(max_length, int) and max_length > 1 else None)
+        ids = generate_ids(self, ids, max_length=max_length,
                            start_token_id=None, end_token_id=kwargs.pop("end_token_id", preprocessor.end_token_id),
                            **kwargs)
         texts = preprocessor.detokenize(ids)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kformer import models
-from recipes import pretrain_mini_bert, train_translator, train_vit
+from recipes import pretrain_mini_bert, train_gpt, train_translator, train_vit
 
 COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
 # Exports from JAX/torch go through a TensorFlow subprocess, tested in tests/export;
@@ -76,9 +76,28 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
     (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
     (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
+    (train_gpt, ["--sequence-length=4096"], "--sequence-length must be in [2, 128]"),
+    (train_gpt, ["--preset=transformer_tiny"], "gpt_tiny"),
 ])
 def test_bad_flags_exit_with_a_clear_message(recipe, flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         recipe.main(flags)
     assert exit_info.value.code != 0
     assert message in capsys.readouterr().err
+
+
+def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
+    run_dir = train_gpt.main(COMMON + [
+        "--vocabulary-size=300", "--sequence-length=32", "--sample-length=12", "--batch-size=16",
+        f"--output-dir={tmp_path}"] + EXPORT)
+    assert run_dir == tmp_path / "gpt_tiny" / "1"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 1.0 < metrics["validation_perplexity"] < 400  # below the uniform 300-token guess's ~300
+    assert metrics["validation_reviews"] == 3 and metrics["train_reviews"] == 61
+    assert [s["prompt"] for s in metrics["samples"]] == train_gpt.PROMPTS
+    assert metrics["samples"][0]["top_p"].startswith("the movie was")  # the prompt, then the continuation
+    assert all(isinstance(s["greedy"], str) and isinstance(s["top_p"], str) for s in metrics["samples"])
+    model = models.load(run_dir)
+    assert model.token_embedding.vocabulary_size == model.preprocessor.tokenizer.vocabulary_size
+    assert model.generate("The movie was", max_length=8).startswith("the movie was")
+    assert (run_dir / "saved_model.pb").is_file() == TF

@@ -1,0 +1,119 @@
+"""Train a GPT-style causal language model on the IMDB unlabeled reviews, evaluate, save and export it.
+
+    python -m recipes.train_gpt                                  # gpt_tiny, bundled 3k reviews
+    python -m recipes.train_gpt --data-dir ../shared/data        # all 50k unlabeled reviews
+    python -m recipes.train_gpt --epochs 1 --max-examples 256    # quick smoke run
+
+A WordPiece vocabulary is learned from the training reviews; the reviews are
+packed into windows of `--sequence-length + 1` tokens (no padding) and a
+seeded 5 % of them is held out for validation. Reports the validation
+perplexity (exp of the mean next-token cross-entropy) and sampled
+continuations of a few prompts. Writes `<output-dir>/<preset>/<version>/`:
+the TF Serving SavedModel (`prompt` string in, `completion` and `text` out;
+greedy by default, `generate_sample` with a `seed`), `model.keras` (the
+`CausalLM` with its preprocessor: `kformer.models.load(dir).generate(["The
+movie was"])`), `config.json` and `metrics.json`, plus the training logs.
+"""
+
+import math
+import time
+
+import keras
+import numpy as np
+
+from kformer import export, models
+from kformer.data.preprocessors import CausalLMPreprocessor
+from recipes import common
+
+PROMPTS = ["The movie was", "I watched this film because", "The acting in this", "My favorite scene"]
+
+
+def parse_args(argv=None):
+    p = common.make_parser(__doc__, builder="causal_lm", preset="gpt_tiny", epochs=3,
+                           batch_size=32, learning_rate=1e-3)
+    p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
+    p.add_argument("--sequence-length", type=common.positive_int, default=128)
+    p.add_argument("--sample-length", type=common.positive_int, default=40,
+                   help="tokens (prompt included) of each sampled continuation in metrics.json")
+    args = common.parse_args(p, argv)
+    limit = models.get_preset(args.preset)["sequence_length"]
+    if args.sequence_length > limit or args.sequence_length < 2:
+        p.error(f"--sequence-length must be in [2, {limit}] for --preset {args.preset}, "
+                f"got {args.sequence_length}")
+    if args.sample_length > args.sequence_length:
+        p.error(f"--sample-length must be at most --sequence-length={args.sequence_length}, "
+                f"got {args.sample_length}")
+    return args
+
+
+def split_reviews(texts, seed, validation_fraction=0.05):
+    """(train, validation) lists of reviews: a seeded, fixed share held out."""
+    order = np.random.default_rng(seed).permutation(len(texts))
+    held = max(1, int(len(texts) * validation_fraction))
+    return [texts[i] for i in order[held:]], [texts[i] for i in order[:held]]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    scope = common.setup(args)
+    from kformer.data import imdb
+
+    try:
+        texts, _ = imdb.load_split("unsup", args.data_dir, args.max_examples)
+    except ValueError as err:
+        common.fail(err)
+    train_texts, val_texts = split_reviews(texts, args.seed)
+    work_dir = common.training_dir(args, args.preset)
+    tokenizer = common.learn_or_load_tokenizer(work_dir / "vocabulary.txt", train_texts, args.vocabulary_size)
+    preprocessor = CausalLMPreprocessor(tokenizer, args.sequence_length)
+    try:
+        train_ds = preprocessor.dataset(train_texts, batch_size=args.batch_size, shuffle=True, seed=args.seed)
+        val_ds = preprocessor.dataset(val_texts, batch_size=args.batch_size)
+    except ValueError as err:  # too little text for one window
+        common.fail(err)
+    steps = int(train_ds.cardinality()) * args.epochs
+
+    overrides = {"vocabulary_size": tokenizer.vocabulary_size}
+    config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
+              "training_sequence_length": args.sequence_length}
+    with scope:
+        model = models.build(args.preset, preprocessor=preprocessor, **overrides)
+        schedule = keras.optimizers.schedules.CosineDecay(
+            0.0, decay_steps=max(1, steps - steps // 10), warmup_target=args.learning_rate,
+            warmup_steps=steps // 10, alpha=0.1)  # linear warmup, cosine decay to 10 %
+        model.compile(keras.optimizers.AdamW(schedule, weight_decay=0.1, beta_2=0.95, clipnorm=1.0),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"], jit_compile=args.jit_compile)
+    start = time.time()
+    model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose, shuffle=False,
+              callbacks=common.callbacks(work_dir, args.patience, "val_loss"))
+    train_seconds = time.time() - start
+    val_loss, val_accuracy = model.evaluate(val_ds, verbose=0)
+    greedy = model.generate(PROMPTS, max_length=args.sample_length)  # one batch: one compiled loop
+    sampled = model.generate(PROMPTS, max_length=args.sample_length, strategy="top_p", p=0.9, seed=args.seed)
+    samples = [{"prompt": p, "greedy": g, "top_p": s} for p, g, s in zip(PROMPTS, greedy, sampled)]
+    metrics = {
+        "validation_perplexity": round(math.exp(val_loss), 2), "validation_loss": float(val_loss),
+        "validation_token_accuracy": float(val_accuracy), "train_reviews": len(train_texts),
+        "validation_reviews": len(val_texts), "train_batches_per_epoch": int(train_ds.cardinality()),
+        "epochs": args.epochs, "train_seconds": round(train_seconds, 1),
+        "backend": keras.backend.backend(), "samples": samples,
+    }
+
+    def write(tmp_dir):
+        if not args.no_export:
+            export.save_for_serving(model, tmp_dir, model_name=args.preset, max_length=args.sample_length)
+        model.save(tmp_dir / "model.keras")
+        common.write_json(tmp_dir / "config.json", config)
+        common.write_json(tmp_dir / "metrics.json", metrics)
+
+    run_dir = common.finish(args, args.preset, work_dir, write)
+    print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews")
+    for sample in samples:
+        print(f"  {sample['prompt']!r} -> {sample['top_p']!r}")
+    print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))
+    return run_dir
+
+
+if __name__ == "__main__":
+    main()
