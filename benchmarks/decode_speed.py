@@ -2,6 +2,13 @@
 
     python benchmarks/decode_speed.py                    # every backend, 64/128 tokens, batch 1/16
     python benchmarks/decode_speed.py --backends jax --new-tokens 16 --batch-sizes 1
+    python benchmarks/decode_speed.py --family causal_lm --new-tokens 128   # GPT-shaped models
+
+`--family causal_lm` compares decoder-only models instead: a kformer
+`CausalLM` and keras-hub's `GPT2CausalLM` with its `GreedySampler` (both
+random weights, vocabulary 8000, hidden 256, 4 heads, ff 1024, 2 layers, 256
+positions), N new tokens after a 32-token prompt (the prompt processed in one
+pass, then one token a step); no stop token.
 
 One subprocess per backend (the Keras backend is fixed per process). Each
 implementation decodes exactly N new tokens (no end token is ever emitted:
@@ -106,14 +113,53 @@ def keras_hub_runner(n):
     return run
 
 
+def kformer_lm_runner(n):
+    from kformer import models
+
+    s = SIZES
+    model = models.causal_lm(vocabulary_size=s["vocab"], sequence_length=s["positions"], hidden_dim=s["hidden"],
+                             num_heads=s["heads"], intermediate_dim=s["ff"], num_layers=s["layers"])
+
+    def run(prompt, use_cache):
+        out = models.generate(model, prompt, max_length=s["source"] + n, end_token_id=None, use_cache=use_cache)
+        return out[:, s["source"]:]
+
+    return run
+
+
+def keras_hub_lm_runner(n):
+    import keras
+    import keras_hub
+    import numpy as np
+
+    s = SIZES
+    backbone = keras_hub.models.GPT2Backbone(s["vocab"], s["layers"], s["heads"], s["hidden"], s["ff"],
+                                             max_sequence_length=s["positions"])
+    lm = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
+    lm.compile(sampler="greedy")
+
+    def run(prompt, use_cache=True):
+        batch = len(prompt)
+        token_ids = np.concatenate([prompt, np.zeros((batch, n), "int32")], 1)
+        mask = np.concatenate([np.ones_like(prompt, bool), np.zeros((batch, n), bool)], 1)
+        out = lm.generate({"token_ids": token_ids, "padding_mask": mask}, stop_token_ids=None)
+        return keras.ops.convert_to_numpy(out["token_ids"])[:, s["source"]:]
+
+    return run
+
+
+RUNNERS = {"translator": (kformer_runner, keras_hub_runner), "causal_lm": (kformer_lm_runner, keras_hub_lm_runner)}
+
+
 def worker(args):
     import keras
     import numpy as np
 
     rows = []
     for n in args.new_tokens:
-        runners = {"kformer_cache": (kformer_runner(n), True),
-                   "kformer_no_cache": (None, False), "keras_hub": (keras_hub_runner(n), True)}
+        make_kformer, make_hub = RUNNERS[args.family]
+        runners = {"kformer_cache": (make_kformer(n), True),
+                   "kformer_no_cache": (None, False), "keras_hub": (make_hub(n), True)}
         runners["kformer_no_cache"] = (runners["kformer_cache"][0], False)
         for batch in args.batch_sizes:
             source = np.random.default_rng(0).integers(3, SIZES["vocab"] - 1,
@@ -136,7 +182,8 @@ def worker(args):
                 last = rows[-1]
                 print(f"  {keras.backend.backend():10s} n={n} batch={batch} {impl:16s} "
                       f"{last.get('tokens_per_s', last.get('error'))}", file=sys.stderr, flush=True)
-    print("RESULT " + json.dumps({"backend": keras.backend.backend(), "rows": rows}), flush=True)
+    print("RESULT " + json.dumps({"backend": keras.backend.backend(), "family": args.family, "rows": rows}),
+          flush=True)
 
 
 def table(results):
@@ -161,6 +208,8 @@ def main(argv=None):
     parser.add_argument("--new-tokens", default="64,128")
     parser.add_argument("--batch-sizes", default="1,16")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--family", choices=sorted(RUNNERS), default="translator",
+                        help="encoder-decoder translator or decoder-only causal LM")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.backends = args.backends.split(",")
@@ -174,8 +223,8 @@ def main(argv=None):
         parser.error("--new-tokens and --batch-sizes take comma-separated integers")
     if min(args.new_tokens + args.batch_sizes + [args.repeats]) < 1:
         parser.error("--new-tokens, --batch-sizes and --repeats must be >= 1")
-    if args.new_tokens and max(args.new_tokens) >= SIZES["positions"]:
-        parser.error(f"--new-tokens must be below {SIZES['positions']}")
+    if args.new_tokens and max(args.new_tokens) > SIZES["positions"] - SIZES["source"]:
+        parser.error(f"--new-tokens must be at most {SIZES['positions'] - SIZES['source']}")
     if args.worker:
         return worker(args)
     results = []
@@ -183,13 +232,13 @@ def main(argv=None):
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         cmd = [sys.executable, __file__, "--worker", "--new-tokens",
                ",".join(map(str, args.new_tokens)), "--batch-sizes",
-               ",".join(map(str, args.batch_sizes)), "--repeats", str(args.repeats)]
+               ",".join(map(str, args.batch_sizes)), "--repeats", str(args.repeats), "--family", args.family]
         out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode or not line:
             sys.exit(f"{backend} worker failed with exit code {out.returncode}")
         results.append(json.loads(line[-1][7:]))
-    print(f"median of {args.repeats} calls after a compiling warm-up call")
+    print(f"{args.family}: median of {args.repeats} calls after a compiling warm-up call")
     print(table(results))
 
 
