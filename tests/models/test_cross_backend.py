@@ -1,4 +1,9 @@
-"""A model saved on this backend reloads on the other two with equal outputs (subprocesses)."""
+"""A model saved on this backend reloads on the next one with equal outputs (a subprocess).
+
+Around the cycle tensorflow -> jax -> torch -> tensorflow: the three CI runs
+save on every backend and reload on every backend, at a third of the cost of
+reloading on both others each time.
+"""
 
 import os
 import subprocess
@@ -14,9 +19,10 @@ from kformer.data.wordpiece import WordPieceTokenizer
 from tests.models.generate_cases import GENERATE_CASES, OPTIONS, TEXTS, VOCABULARY
 
 NAMES = ("transformer_tiny", "imdb_tiny", "bert_tiny", "vit_tiny")
+NEXT = {"tensorflow": "jax", "jax": "torch", "torch": "tensorflow"}
 
 
-def test_saved_models_reload_on_every_other_backend(tmp_path):
+def test_saved_models_reload_on_the_next_backend(tmp_path):
     for name in NAMES:
         model = small_model(name)
         if name == "transformer_tiny":  # with its preprocessor: strings must translate alike everywhere
@@ -34,7 +40,7 @@ def test_saved_models_reload_on_every_other_backend(tmp_path):
             }, translations=np.array(model.translate(TEXTS, max_length=OPTIONS["max_length"])))
     here = keras.backend.backend()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for backend in {"tensorflow", "jax", "torch"} - {here}:
+    for backend in (NEXT[here],):
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         result = subprocess.run(
             [sys.executable, "-m", "tests.models.cross_backend_check", str(tmp_path)],
