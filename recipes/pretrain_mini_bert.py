@@ -1,7 +1,7 @@
 """Pretrain mini-BERT (masked LM + next sentence) on IMDB reviews, then fine-tune it on IMDB sentiment.
 
     python -m recipes.pretrain_mini_bert                             # bundled samples
-    python -m recipes.pretrain_mini_bert --data-dir ../shared/data   # 50k unlabeled + 25k train reviews
+    python -m recipes.pretrain_mini_bert --data-dir DATA   # 50k unlabeled + 25k train reviews
     python -m recipes.pretrain_mini_bert --tfds                      # the same, from TFDS (online)
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256

@@ -1,7 +1,7 @@
 """Train a GPT-style causal language model on the IMDB unlabeled reviews, evaluate, save and export it.
 
     python -m recipes.train_gpt                                  # gpt_tiny, bundled 3k reviews
-    python -m recipes.train_gpt --data-dir ../shared/data        # all 50k unlabeled reviews
+    python -m recipes.train_gpt --data-dir DATA        # all 50k unlabeled reviews
     python -m recipes.train_gpt --epochs 1 --max-examples 256    # quick smoke run
 
 A WordPiece vocabulary is learned from the training reviews; the reviews are

@@ -2,7 +2,7 @@
 
     python -m recipes.train_imdb                                 # bundled 5k/2k sample
     KERAS_BACKEND=jax python -m recipes.train_imdb --epochs 4
-    python -m recipes.train_imdb --data-dir ../shared/data      # the full 25k/25k splits
+    python -m recipes.train_imdb --data-dir DATA      # the full 25k/25k splits
     python -m recipes.train_imdb --tfds                         # the same, from TFDS imdb_reviews (online)
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
 

@@ -1,8 +1,8 @@
 """Train an encoder-decoder Transformer translator (English->Spanish or German->English), score BLEU, export.
 
     python -m recipes.train_translator                        # Tatoeba en-es, bundled 4k-pair sample
-    python -m recipes.train_translator --data-dir ../shared/data --epochs 10
-    python -m recipes.train_translator --dataset multi30k --data-dir ../shared/data
+    python -m recipes.train_translator --data-dir DATA --epochs 10
+    python -m recipes.train_translator --dataset multi30k --data-dir DATA
     python -m recipes.train_translator --epochs 1 --max-examples 256  # quick smoke run
 
 The paper's recipe: warmup then inverse-square-root learning rate (peak

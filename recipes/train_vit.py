@@ -2,7 +2,7 @@
 
     python -m recipes.train_vit                                   # MNIST, bundled sample
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar
-    python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --data-dir ../shared/data
+    python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --data-dir DATA
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --tfds  # TFDS (online)
     python -m recipes.train_vit --epochs 1 --max-examples 256      # quick smoke run
 

@@ -1,5 +1,6 @@
 import gzip
 import io
+import os
 import pathlib
 import tarfile
 
@@ -10,7 +11,8 @@ import pytest
 from kformer.data import images
 from kformer.data.preprocessors import ImageClassifierPreprocessor
 
-FULL_DATA_DIR = pathlib.Path("/work/shared/data")
+# The full data sets, where a machine has them: KFORMER_DATA_DIR=/path/to/data (laid out as data/).
+FULL_DATA_DIR = pathlib.Path(os.environ.get("KFORMER_DATA_DIR", "/nonexistent"))
 needs_full_data = pytest.mark.skipif(not (FULL_DATA_DIR / "cifar10").is_dir(),
                                      reason=f"full data not at {FULL_DATA_DIR}")
 

@@ -1,4 +1,5 @@
 import gzip
+import os
 import pathlib
 
 import numpy as np
@@ -8,7 +9,8 @@ from kformer.data import translation
 from kformer.data.preprocessors import TranslatorPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
-FULL_DATA_DIR = pathlib.Path("/work/shared/data")
+# The full data sets, where a machine has them: KFORMER_DATA_DIR=/path/to/data (laid out as data/).
+FULL_DATA_DIR = pathlib.Path(os.environ.get("KFORMER_DATA_DIR", "/nonexistent"))
 needs_full_spa_eng = pytest.mark.skipif(
     not (FULL_DATA_DIR / "spa-eng" / "spa.txt.gz").is_file(), reason="full spa-eng file not here")
 needs_multi30k = pytest.mark.skipif(
