@@ -13,7 +13,7 @@ from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.registry import builder, register
 from kformer.models.task import (Backbone, ClassifierTask, Task, check_class_names, check_length_fits,
-                                 check_preprocessor, check_tokenizer_fits)
+                                 check_tokenizer_fits)
 
 BERT_BASE = dict(vocabulary_size=30522, sequence_length=512, num_segments=2)
 
@@ -125,8 +125,7 @@ class BertPretrainer(Task):
                          **kwargs)
         self.backbone = backbone
         self.mlm_transform, self.mlm_norm, self.mlm_bias, self.nsp_head = mlm_transform, mlm_norm, mlm_bias, nsp_head
-        self.preprocessor = check_preprocessor(preprocessor)
-        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
+        self._set_preprocessor(preprocessor)
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
@@ -198,8 +197,7 @@ class BertTextClassifier(ClassifierTask):
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self.backbone, self.head = backbone, head
         self.num_classes, self.dropout, self.class_names = num_classes, dropout, class_names
-        self.preprocessor = check_preprocessor(preprocessor)
-        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
+        self._set_preprocessor(preprocessor)
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

@@ -5,8 +5,7 @@ import keras
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.registry import builder, register
-from kformer.models.task import (ClassifierTask, check_class_names, check_length_fits, check_preprocessor,
-                                 check_tokenizer_fits)
+from kformer.models.task import (ClassifierTask, check_class_names, check_length_fits, check_tokenizer_fits)
 
 POOLINGS = ("mean", "cls")
 
@@ -81,8 +80,7 @@ class TextClassifier(ClassifierTask):
         self.num_heads, self.intermediate_dim, self.num_layers = num_heads, intermediate_dim, num_layers
         self.num_classes, self.dropout, self.pooling = num_classes, dropout, pooling
         self.normalize_first, self.class_names = normalize_first, class_names
-        self.preprocessor = check_preprocessor(preprocessor)
-        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
+        self._set_preprocessor(preprocessor)
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

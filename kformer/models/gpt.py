@@ -6,7 +6,7 @@ from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.generate import generate as generate_ids
 from kformer.models.registry import builder, register
-from kformer.models.task import Task, check_length_fits, check_preprocessor, check_tokenizer_fits
+from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
 
 POSITIONS = ("learned", "rotary")
 GPT2 = dict(vocabulary_size=50257, sequence_length=1024, dropout=0.1)
@@ -87,8 +87,7 @@ class CausalLM(Task):
         self.num_layers, self.num_heads, self.intermediate_dim = num_layers, num_heads, intermediate_dim
         self.dropout, self.position, self.layer_norm_epsilon = dropout, position, layer_norm_epsilon
         self.tie_output_embedding = tie_output_embedding
-        self.preprocessor = check_preprocessor(preprocessor)
-        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
+        self._set_preprocessor(preprocessor)
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

@@ -76,7 +76,7 @@ class Task(Backbone):
     Attributes:
         preprocessor: the task's preprocessor (`kformer.data.preprocessors`),
             or None (then the task takes model inputs only). Every subclass
-            sets it (`check_preprocessor`).
+            sets it with `_set_preprocessor`.
         task_type: str. The serving task (`kformer.export.SIGNATURES` key).
     """
 
@@ -106,6 +106,12 @@ class Task(Backbone):
         Subclasses check that tokenizers do not emit ids past the model's
         vocabulary and that sequence lengths / image sizes match its inputs.
         """
+
+    def _set_preprocessor(self, preprocessor):
+        """Attach `preprocessor` (or None) at construction: checked, then validated against the model,
+        so a tokenizer past the vocabulary fails here, not in `fit`."""
+        self.preprocessor = check_preprocessor(preprocessor)
+        self.validate_preprocessor()
 
     def _raw(self, x):
         preprocessor = getattr(self, "preprocessor", None)

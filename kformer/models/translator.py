@@ -6,7 +6,7 @@ from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.generate import generate as generate_ids
 from kformer.models.registry import builder, register
-from kformer.models.task import Task, check_length_fits, check_preprocessor, check_tokenizer_fits
+from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
 
 PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
 POSITIONS = ("sinusoidal", "learned")
@@ -115,8 +115,7 @@ class Translator(Task):
         self.intermediate_dim, self.dropout, self.position = intermediate_dim, dropout, position
         self.num_encoder_layers, self.num_decoder_layers = num_encoder_layers, num_decoder_layers
         self.tie_output_embedding, self.normalize_first = tie_output_embedding, normalize_first
-        self.preprocessor = check_preprocessor(preprocessor)
-        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
+        self._set_preprocessor(preprocessor)
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

@@ -5,7 +5,7 @@ import keras
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.registry import builder, register
-from kformer.models.task import ClassifierTask, check_class_names, check_preprocessor
+from kformer.models.task import ClassifierTask, check_class_names
 
 PAPER = dict(image_size=224, patch_size=16, num_classes=1000, channels=3, dropout=0.1)
 
@@ -81,8 +81,7 @@ class ViTImageClassifier(ClassifierTask):
         self.num_heads, self.intermediate_dim, self.dropout = num_heads, intermediate_dim, dropout
         self.num_experts, self.moe_every, self.top_k = num_experts, moe_every, top_k
         self.class_names = class_names
-        self.preprocessor = check_preprocessor(preprocessor)
-        self.validate_preprocessor()  # a tokenizer past the vocabulary fails here, not in fit
+        self._set_preprocessor(preprocessor)
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
