@@ -11,6 +11,7 @@ last finished epoch. TF Serving ignores the non-numeric `_training` folder.
 import argparse
 import contextlib
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -22,16 +23,34 @@ import keras  # noqa: E402
 
 from kformer import models  # noqa: E402
 from kformer.export.versioning import write_new_version  # noqa: E402
+from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
 
 
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
+def bounded(kind, low, high=None, *, open_low=False):
+    """An argparse `type`: `kind` (int or float) in [low, high] ((low, high] if `open_low`).
+
+    Floats must be finite: `--learning-rate inf` or `nan` fails at parse time,
+    before any data is read. argparse names the flag in the message.
+    """
+    name = "an integer" if kind is int else "a finite number"
+    what = f"{name} {'>' if open_low else '>='} {low}" + ("" if high is None else f" and <= {high}")
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(value) or value < low or (open_low and value == low) or (
+                high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
+
+
+positive_int = bounded(int, 1)
+positive_float = bounded(float, 0.0, open_low=True)
+VOCABULARY_SIZE = bounded(int, 64, 10_000_000)  # WordPiece: special tokens + the alphabet at least
 
 
 def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds=False):
@@ -45,7 +64,7 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
     p.add_argument("--preset", default=preset, help=f"a {builder} preset (default {preset})")
     p.add_argument("--epochs", type=positive_int, default=epochs)
     p.add_argument("--batch-size", type=positive_int, default=batch_size, help="global batch size")
-    p.add_argument("--learning-rate", type=float, default=learning_rate)
+    p.add_argument("--learning-rate", type=positive_float, default=learning_rate)
     p.add_argument("--max-examples", type=positive_int, default=None,
                    help="use at most this many examples of each split (quick runs)")
     p.add_argument("--data-dir", default=None, help="full data sets (default: the bundled sample)")
@@ -53,7 +72,7 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
         p.add_argument("--tfds", action="store_true",
                        help="load with tensorflow_datasets instead (downloads on first use; needs network)")
     p.add_argument("--output-dir", default="saved_models")
-    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--seed", type=bounded(int, 0, 2**31 - 1), default=1337)
     p.add_argument("--mixed-precision", action="store_true",
                    help="mixed_float16 on a GPU, mixed_bfloat16 otherwise")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
@@ -72,8 +91,7 @@ def parse_args(parser, argv):
     known = [n for n in models.list_models() if models.get_preset(n)["builder"] == args.builder]
     if args.preset not in known:
         parser.error(f"--preset {args.preset!r} is not a {args.builder} preset; expected one of {known}")
-    if not args.learning_rate > 0:
-        parser.error(f"--learning-rate must be > 0, got {args.learning_rate}")
+    _check_output_dir(parser, args.output_dir)
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         parser.error(f"--data-dir {args.data_dir!r} is not a directory")
     if getattr(args, "tfds", False) and args.data_dir is not None:
@@ -84,6 +102,15 @@ def parse_args(parser, argv):
     args.jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
     args.verbose = args.verbose if args.verbose == "auto" else int(args.verbose)
     return args
+
+
+def _check_output_dir(parser, output_dir):
+    path = pathlib.Path(output_dir)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        parser.error(f"--output-dir {output_dir!r}: {str(existing)!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        parser.error(f"--output-dir {output_dir!r}: {str(existing)!r} is not writable")
 
 
 def setup(args):
@@ -160,8 +187,37 @@ def learn_or_load_tokenizer(path, texts, vocabulary_size):
     return tokenizer
 
 
+# Flags that may change between a killed run and its rerun; any other flag
+# changes what is trained, so resuming with it would mix two runs.
+MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "jit_compile",
+                        "learning_rate", "finetune_learning_rate", "max_test_examples", "num_beams",
+                        "sample_length", "compare_scratch"}
+
+
 def training_dir(args, name):
-    return pathlib.Path(args.output_dir) / name / "_training"
+    """`<output-dir>/<name>/_training`, checked against the flags of a run it holds.
+
+    A rerun resumes from the folder only with the same training flags; a
+    different one (say `--sequence-length`) exits with status 2, naming it.
+    """
+    work_dir = pathlib.Path(args.output_dir) / name / "_training"
+    flags = {k: v for k, v in sorted(vars(args).items()) if k not in MAY_CHANGE_ON_RESUME | {"builder"}}
+    saved_path = work_dir / "flags.json"
+    if saved_path.is_file():
+        try:
+            saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        except ValueError:
+            saved = None  # torn write: rewritten below
+        differ = [k for k in flags if saved is not None and k in saved and saved[k] != flags[k]]
+        if differ:
+            shown = ", ".join(f"--{k.replace('_', '-')} was {saved[k]!r}, now {flags[k]!r}" for k in differ)
+            usage_error(f"{work_dir} holds an unfinished run with other flags ({shown}). Rerun with "
+                        f"its flags to resume it, or delete {work_dir} to start fresh.")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    tmp = saved_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(flags, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, saved_path)
+    return work_dir
 
 
 def callbacks(work_dir, patience, monitor="val_loss"):
@@ -170,7 +226,7 @@ def callbacks(work_dir, patience, monitor="val_loss"):
     (work_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     mode = "max" if "acc" in monitor else "min"
     return [
-        keras.callbacks.BackupAndRestore(str(work_dir / "backup")),
+        AtomicBackupAndRestore(work_dir / "backup"),
         keras.callbacks.ModelCheckpoint(str(work_dir / "checkpoints" / "best.keras"),
                                         monitor=monitor, mode=mode, save_best_only=True),
         keras.callbacks.EarlyStopping(monitor=monitor, mode=mode, patience=patience,
@@ -201,6 +257,31 @@ def finish(args, name, work_dir, write):
 
 def write_json(path, data):
     pathlib.Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor):
+    """`model.fit` with the recipe callbacks; exits (writing nothing) if training diverged."""
+    history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=args.verbose,
+                        shuffle=False, callbacks=callbacks(work_dir, args.patience, monitor))
+    check_finite(model, history, work_dir)
+    return history
+
+
+def check_finite(model, history, work_dir):
+    """Exit with status 1, writing nothing, if training diverged (a non-finite loss or weight)."""
+    losses = [float(v) for v in history.history.get("loss", [])]
+    bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
+    if bad or not weights_are_finite(model):
+        where = f"the loss was {losses[bad[0]]} in epoch {bad[0] + 1}" if bad else "the weights are not finite"
+        fail(f"training diverged ({where}); no version was written. The last finite epoch's backup "
+             f"and the best checkpoint are kept in {work_dir}: rerun with a lower learning rate to "
+             "resume from there.")
+
+
+def usage_error(message):
+    """Exit with status 2 and a message, as argparse does for a bad flag."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def fail(message):

@@ -31,14 +31,12 @@ def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="mini_bert", preset="bert_tiny", epochs=3,
                            batch_size=32, learning_rate=5e-4, tfds=True)
     p.add_argument("--finetune-epochs", type=common.positive_int, default=2)
-    p.add_argument("--finetune-learning-rate", type=float, default=1e-4)
-    p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
-    p.add_argument("--sequence-length", type=common.positive_int, default=128)
+    p.add_argument("--finetune-learning-rate", type=common.positive_float, default=1e-4)
+    p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
+    p.add_argument("--sequence-length", type=common.bounded(int, 8), default=128)
     p.add_argument("--compare-scratch", action="store_true",
                    help="also fine-tune a randomly initialized backbone with the same budget")
     args = common.parse_args(p, argv)
-    if args.sequence_length < 8:
-        p.error(f"--sequence-length must be >= 8, got {args.sequence_length}")
     return args
 
 
@@ -71,8 +69,7 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     if pretrained_path.is_file():
         model.load_weights(pretrained_path)
     else:
-        model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose,
-                  shuffle=False, callbacks=common.callbacks(work_dir / "pretrain", args.patience, "val_loss"))
+        common.fit(model, train_ds, val_ds, args, args.epochs, work_dir / "pretrain", "val_loss")
         model.save_weights(pretrained_path)
     results = model.evaluate(val_ds, verbose=0, return_dict=True)
     metrics = {"masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"]),
@@ -91,9 +88,8 @@ def finetune(args, backbone, preprocessor, datasets, work_dir, scope):
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
-    model.fit(datasets["train"], validation_data=datasets["validation"], epochs=args.finetune_epochs,
-              verbose=args.verbose, shuffle=False,
-              callbacks=common.callbacks(work_dir, args.patience, "val_accuracy"))
+    common.fit(model, datasets["train"], datasets["validation"], args, args.finetune_epochs, work_dir,
+               "val_accuracy")
     _, accuracy = model.evaluate(datasets["test"], verbose=0)
     return model, float(accuracy), round(time.time() - start, 1)
 

@@ -31,7 +31,7 @@ PROMPTS = ["The movie was", "I watched this film because", "The acting in this",
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="causal_lm", preset="gpt_tiny", epochs=3,
                            batch_size=32, learning_rate=1e-3)
-    p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
+    p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
     p.add_argument("--sequence-length", type=common.positive_int, default=128)
     p.add_argument("--sample-length", type=common.positive_int, default=40,
                    help="tokens (prompt included) of each sampled continuation in metrics.json")
@@ -85,8 +85,7 @@ def main(argv=None):
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
-    model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose, shuffle=False,
-              callbacks=common.callbacks(work_dir, args.patience, "val_loss"))
+    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
     train_seconds = time.time() - start
     val_loss, val_accuracy = model.evaluate(val_ds, verbose=0)
     greedy = model.generate(PROMPTS, max_length=args.sample_length)  # one batch: one compiled loop

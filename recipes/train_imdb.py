@@ -27,8 +27,8 @@ CLASS_NAMES = ["negative", "positive"]
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="imdb_classifier", preset="imdb_small", epochs=3,
                            batch_size=32, learning_rate=1e-3, tfds=True)
-    p.add_argument("--vocabulary-size", type=common.positive_int, default=8000)
-    p.add_argument("--sequence-length", type=common.positive_int, default=256)
+    p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
+    p.add_argument("--sequence-length", type=common.bounded(int, 4), default=256)
     return common.parse_args(p, argv)
 
 
@@ -56,8 +56,7 @@ def main(argv=None):
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
-    model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose, shuffle=False,
-              callbacks=common.callbacks(work_dir, args.patience, "val_accuracy"))
+    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
     train_seconds = time.time() - start
     _, test_accuracy = model.evaluate(test_ds, verbose=0)
     metrics = {

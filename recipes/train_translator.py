@@ -32,12 +32,12 @@ def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="translator", preset="transformer_small", epochs=10,
                            batch_size=64, learning_rate=1e-3)
     p.add_argument("--dataset", choices=translation.DATASETS, default="spa-eng")
-    p.add_argument("--vocabulary-size", type=common.positive_int, default=8000,
+    p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000,
                    help="per language")
-    p.add_argument("--sequence-length", type=common.positive_int, default=40)
+    p.add_argument("--sequence-length", type=common.bounded(int, 4), default=40)
     p.add_argument("--warmup-steps", type=common.positive_int, default=None,
                    help="default: 4000, or 10%% of the training steps if that is fewer")
-    p.add_argument("--num-beams", type=common.positive_int, default=1,
+    p.add_argument("--num-beams", type=common.bounded(int, 1, 64), default=1,
                    help="beam width for the test translations (1 = greedy)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
     return common.parse_args(p, argv)
@@ -76,8 +76,7 @@ def main(argv=None):
                                           beta_1=0.9, beta_2=0.98, epsilon=1e-9)
         model.compile(optimizer, models.LabelSmoothedCrossEntropy(0.1), jit_compile=args.jit_compile)
     start = time.time()
-    model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose,
-              shuffle=False, callbacks=common.callbacks(work_dir, args.patience, "val_loss"))
+    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
     train_seconds = time.time() - start
 
     import sacrebleu

@@ -26,7 +26,7 @@ def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="vit", preset="vit_tiny", epochs=5, batch_size=128,
                            learning_rate=1e-3, tfds=True)
     p.add_argument("--dataset", choices=images.DATASETS, default="mnist")
-    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--weight-decay", type=common.bounded(float, 0.0, 1.0), default=0.05)
     args = common.parse_args(p, argv)
     shape = images.IMAGE_SHAPES[args.dataset]
     preset = models.get_preset(args.preset)
@@ -73,8 +73,7 @@ def main(argv=None):
                                keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
                       jit_compile=args.jit_compile)
     start = time.time()
-    model.fit(train_ds, validation_data=val_ds, epochs=args.epochs, verbose=args.verbose, shuffle=False,
-              callbacks=common.callbacks(work_dir, args.patience, "val_accuracy"))
+    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
     train_seconds = time.time() - start
     _, top1, top5 = model.evaluate(test_ds, verbose=0)
     metrics = {"test_top1": float(top1), "test_top5": float(top5), "test_examples": len(test_y),

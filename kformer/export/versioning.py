@@ -9,6 +9,8 @@ import tempfile
 def next_version(base_dir):
     """Smallest integer version above every existing `base_dir/<int>` (1 if none).
 
+    Files count too: a stray file named `3` makes the next version 4.
+
     Args:
         base_dir: path.
 
@@ -21,7 +23,7 @@ def next_version(base_dir):
     4
     """
     base_dir = pathlib.Path(base_dir)
-    versions = [int(p.name) for p in base_dir.glob("*") if p.is_dir() and p.name.isdigit()]
+    versions = [int(p.name) for p in base_dir.iterdir() if p.name.isdigit()] if base_dir.is_dir() else []
     return max(versions, default=0) + 1
 
 
@@ -46,6 +48,8 @@ def write_new_version(base_dir, write, version=None):
     '1'
     """
     base_dir = pathlib.Path(base_dir)
+    if base_dir.exists() and not base_dir.is_dir():
+        raise ValueError(f"`base_dir` must be a directory; {base_dir} is a file.")
     if version is not None:
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise ValueError(f"`version` must be an int >= 1. Received: version={version!r}")
@@ -56,14 +60,17 @@ def write_new_version(base_dir, write, version=None):
     tmp_dir = pathlib.Path(tempfile.mkdtemp(prefix=".tmp-", dir=base_dir))
     try:
         write(tmp_dir)
-        while True:
+        for _ in range(100):  # other writers may take numbers first; never loop forever
             final = base_dir / str(version or next_version(base_dir))
+            if final.exists() and version is None:
+                continue  # appeared after next_version looked
             try:
-                os.rename(tmp_dir, final)  # fails if `final` exists (and is not empty)
+                os.rename(tmp_dir, final)  # fails if `final` exists (unless an empty folder)
                 return final
             except OSError:
                 if not final.exists() or version is not None:
                     raise
+        raise RuntimeError(f"Could not claim a new version number in {base_dir} after 100 tries.")
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise

@@ -1,0 +1,108 @@
+"""Resumable training that survives a kill at any moment, including during the backup write."""
+
+import json
+import math
+import os
+import pathlib
+import shutil
+import sys
+
+import keras
+import numpy as np
+
+WEIGHTS = "model.weights.h5"
+META = "training_state.json"
+
+
+class AtomicBackupAndRestore(keras.callbacks.Callback):
+    """Keras's `BackupAndRestore`, with backups that are never half-written.
+
+    Each epoch end writes `backup_dir/epoch-<n>/` (weights with the optimizer
+    state, and the epoch) into a temporary folder, then renames it into place
+    and drops all but the `keep` newest. A SIGKILL mid-write leaves only a
+    `.tmp-*` folder, which is ignored. At the start of `fit`, the newest
+    readable backup is restored; a truncated or corrupt one is reported and
+    the previous one used instead.
+
+    An epoch whose loss or weights are not finite is not backed up, and training that
+    ends that way keeps its backups: rerun with a lower learning rate and it
+    resumes from the last finite epoch. Otherwise the backups are deleted
+    when `fit` ends.
+
+    Args:
+        backup_dir: path, one per training run.
+        keep: int >= 1, how many epochs' backups to keep (default 2).
+
+    Example:
+
+    >>> import tempfile
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> backup = AtomicBackupAndRestore(tempfile.mkdtemp())
+    >>> model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=1, callbacks=[backup], verbose=0).epoch
+    [0]
+    """
+
+    def __init__(self, backup_dir, keep=2):
+        super().__init__()
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"`keep` must be an int >= 1. Received: keep={keep!r}")
+        self.backup_dir = pathlib.Path(backup_dir)
+        self.keep = keep
+        self.diverged = False
+
+    def backups(self):
+        """[(epoch, folder)] of finished backups, newest first."""
+        if not self.backup_dir.is_dir():
+            return []
+        found = [(int(p.name[6:]), p) for p in self.backup_dir.glob("epoch-*") if p.name[6:].isdigit()]
+        return sorted(found, reverse=True)
+
+    def on_train_begin(self, logs=None):
+        self.diverged = False
+        for epoch, folder in self.backups():
+            try:
+                if self.model.optimizer is not None and not self.model.optimizer.built:
+                    self.model.optimizer.build(self.model.trainable_variables)
+                self.model.load_weights(folder / WEIGHTS)
+            except Exception as err:  # noqa: BLE001 (h5py raises OSError, Keras ValueError, ...)
+                print(f"warning: backup {folder} is unreadable ({type(err).__name__}: "
+                      f"{str(err)[:200]}); trying the previous one", file=sys.stderr, flush=True)
+                continue
+            self.model._initial_epoch = epoch  # how keras.callbacks.BackupAndRestore resumes
+            print(f"resuming from the backup of epoch {epoch} in {folder}", flush=True)
+            return
+
+    def on_epoch_end(self, epoch, logs=None):
+        loss = (logs or {}).get("loss")
+        if (loss is not None and not math.isfinite(float(loss))) or not weights_are_finite(self.model):
+            self.diverged = True
+            return
+        tmp = self.backup_dir / f".tmp-epoch-{epoch + 1}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_weights(tmp / WEIGHTS)
+        (tmp / META).write_text(json.dumps({"epoch": epoch + 1}))
+        _fsync_folder(tmp)
+        final = self.backup_dir / f"epoch-{epoch + 1}"
+        shutil.rmtree(final, ignore_errors=True)  # only after a crash between rename and pruning
+        os.rename(tmp, final)
+        for _, old in self.backups()[self.keep:]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def on_train_end(self, logs=None):
+        if not self.diverged:
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def weights_are_finite(model):
+    """True if every float weight of `model` is finite (no NaN or inf)."""
+    return all(np.isfinite(keras.ops.convert_to_numpy(w)).all() for w in model.weights
+               if "float" in str(w.dtype))
+
+
+def _fsync_folder(folder):
+    """Flush the files in `folder` to disk, so a rename never publishes unwritten data."""
+    for path in folder.iterdir():
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())

@@ -1,0 +1,67 @@
+"""Recipe flags that could only fail after training fail at parse time: exit 2, the flag named."""
+
+import keras
+import pytest
+
+from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_translator, train_vit
+
+
+@pytest.mark.parametrize("recipe, flags, message", [
+    (train_imdb, ["--learning-rate=inf"], "--learning-rate: expected a finite number > 0.0, got inf"),
+    (train_imdb, ["--learning-rate=nan"], "--learning-rate"),
+    (train_imdb, ["--learning-rate=-1e-3"], "--learning-rate"),
+    (pretrain_mini_bert, ["--finetune-learning-rate=nan"], "--finetune-learning-rate"),
+    (train_vit, ["--weight-decay=nan"], "--weight-decay"),
+    (train_vit, ["--weight-decay=2"], "--weight-decay: expected a finite number >= 0.0 and <= 1.0"),
+    (train_imdb, ["--seed=-1"], "--seed"),
+    (train_imdb, ["--vocabulary-size=5"], "--vocabulary-size: expected an integer >= 64"),
+    (train_gpt, ["--vocabulary-size=5"], "--vocabulary-size"),
+    (train_imdb, ["--sequence-length=2"], "--sequence-length: expected an integer >= 4"),
+    (train_translator, ["--sequence-length=2"], "--sequence-length"),
+    (pretrain_mini_bert, ["--sequence-length=4"], "--sequence-length: expected an integer >= 8"),
+    (train_translator, ["--num-beams=100000"], "--num-beams: expected an integer >= 1 and <= 64"),
+    (train_imdb, ["--epochs=1.5"], "--epochs"),
+])
+def test_bad_values_exit_2_naming_the_flag(recipe, flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.parse_args(flags)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_output_dir_that_is_a_file_fails_before_any_work(tmp_path, capsys):
+    (tmp_path / "taken").write_text("not a folder")
+    for output_dir in (tmp_path / "taken", tmp_path / "taken" / "below"):
+        with pytest.raises(SystemExit) as exit_info:
+            train_imdb.parse_args([f"--output-dir={output_dir}"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "--output-dir" in err and "is a file, not a directory" in err
+
+
+def test_a_rerun_with_other_training_flags_names_the_flag(tmp_path, capsys):
+    flags = [f"--output-dir={tmp_path}", "--preset=imdb_tiny", "--sequence-length=32"]
+    common.training_dir(train_imdb.parse_args(flags), "imdb_tiny")  # a killed run's folder
+    work_dir = tmp_path / "imdb_tiny" / "_training"
+    assert (work_dir / "flags.json").is_file()
+    # Flags that do not change what is trained may differ: resuming with more epochs is fine.
+    common.training_dir(train_imdb.parse_args(flags + ["--epochs=9", "--learning-rate=1e-4"]), "imdb_tiny")
+    with pytest.raises(SystemExit) as exit_info:
+        common.training_dir(train_imdb.parse_args(flags[:2] + ["--sequence-length=64"]), "imdb_tiny")
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "--sequence-length was 32, now 64" in err and f"delete {work_dir}" in err
+
+
+def test_a_diverged_run_writes_no_version_and_exits_1(tmp_path, monkeypatch):
+    class Diverge(keras.callbacks.Callback):  # what --learning-rate 1e9 does, deterministically
+        def on_train_batch_end(self, batch, logs=None):
+            weight = self.model.trainable_weights[0]
+            weight.assign(keras.ops.full(weight.shape, float("nan")))
+
+    original = common.callbacks
+    monkeypatch.setattr(common, "callbacks", lambda *a, **k: original(*a, **k) + [Diverge()])
+    with pytest.raises(SystemExit) as exit_info:
+        train_imdb.main(["--preset=imdb_tiny", "--max-examples=32", "--sequence-length=16",
+                         "--vocabulary-size=200", "--epochs=2", "--verbose=0", f"--output-dir={tmp_path}"])
+    assert "training diverged" in str(exit_info.value.code) and "no version was written" in str(exit_info.value.code)
+    assert sorted(p.name for p in (tmp_path / "imdb_tiny").iterdir()) == ["_training"]
