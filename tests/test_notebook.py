@@ -24,6 +24,10 @@ def test_notebook_runs_top_to_bottom():
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    # Papermill-style: after the cell tagged "parameters", a cell with smaller runs for CI.
+    index = next(i for i, c in enumerate(notebook.cells) if "parameters" in c.metadata.get("tags", []))
+    notebook.cells.insert(index + 1, nbformat.v4.new_code_cell(
+        "EPOCHS = 1\nCLASSIFIER_EXAMPLES = 300\nCLASSIFIER_EPOCHS = 1"))
     # The kernel inherits this environment (TensorFlow backend) and runs in notebooks/.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     client = nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",

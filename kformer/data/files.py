@@ -29,11 +29,14 @@ def read_gzip_lines(path, parse, *, name, expected, errors=()):
     >>> read_gzip_lines(path, lambda line, number: (number, line.split()), name="words", expected="text")
     [(1, ['one', 'two']), (2, ['three'])]
     """
+    rows, number = [], 0
     try:
         with gzip.open(path, "rt", encoding="utf-8") as lines:
-            rows = [parse(line, number) for number, line in enumerate(lines, 1)]
+            for number, line in enumerate(lines, 1):
+                rows.append(parse(line, number))
     except (OSError, EOFError, UnicodeDecodeError, *errors) as err:
-        raise ValueError(f"Corrupt {name} file {path}: expected {expected} "
+        where = f" line {number}" if number else ""
+        raise ValueError(f"Corrupt {name} file {path}{where}: expected {expected} "
                          f"({type(err).__name__}: {err})") from err
     if not rows:
         raise ValueError(f"{name} file {path} is empty: expected {expected}.")

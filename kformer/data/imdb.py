@@ -63,9 +63,10 @@ def load_split(split, data_dir=None, max_examples=None):
             f"IMDB file not found: {path}. Expected `<data_dir>/imdb/{split}.jsonl.gz` "
             "(gzip JSON Lines with 'text' and 'label'); see data/README.md."
         )
-    rows = read_gzip_lines(path, _parse_review, name="IMDB",
-                           expected="gzip JSON Lines objects with 'text' and 'label'",
-                           errors=(json.JSONDecodeError, KeyError, TypeError))
+    allowed = (-1,) if split == "unsup" else (0, 1)
+    rows = read_gzip_lines(path, lambda line, number: _parse_review(line, allowed), name="IMDB",
+                           expected=f"gzip JSON Lines objects with 'text' and an integer 'label' in {allowed}",
+                           errors=(ValueError, KeyError, TypeError))
     texts = [text for text, _ in rows]
     labels = np.asarray([label for _, label in rows], "int32")
     if max_examples:  # the files are sorted by label: take a fixed, class-balanced subset
@@ -74,9 +75,12 @@ def load_split(split, data_dir=None, max_examples=None):
     return texts, labels
 
 
-def _parse_review(line, _number):
+def _parse_review(line, allowed):
     row = json.loads(line)
-    return clean_text(row["text"]), int(row["label"])
+    label = row["label"]
+    if isinstance(label, bool) or not isinstance(label, int) or label not in allowed:
+        raise ValueError(f"label {label!r} is not one of {allowed}")
+    return clean_text(row["text"]), label
 
 
 def load_split_tfds(split, max_examples=None):

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from kformer.layers import masks
-from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer, known_index
 from kformer.layers.position import RotaryEmbedding
 
 
@@ -166,6 +166,22 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"Received: key_dim={self.key_dim}, value_dim={self.value_dim}"
             )
 
+    def _check_cache_fits(self, cache, value, cache_update_index):
+        """The new tokens fit the cache at `cache_update_index`; batch and heads agree."""
+        index = known_index("cache_update_index", cache_update_index)
+        length, new = cache.shape[2], value.shape[1]
+        if index is not None and isinstance(length, int) and isinstance(new, int) and index + new > length:
+            raise ValueError(
+                f"`cache_update_index` + the {new} new tokens must fit the cache length {length}. "
+                f"Received: cache_update_index={index}, cache.shape={tuple(cache.shape)}")
+        heads, batch = cache.shape[3], cache.shape[0]
+        if heads is not None and heads != self.num_heads:
+            raise ValueError(f"`cache` must hold {self.num_heads} heads (axis 3). Received: "
+                             f"cache.shape={tuple(cache.shape)}")
+        if None not in (batch, value.shape[0]) and batch != value.shape[0]:
+            raise ValueError(f"`cache` and `value` must have the same batch size. Received: "
+                             f"cache.shape={tuple(cache.shape)}, value.shape={tuple(value.shape)}")
+
     def call(
         self,
         query,
@@ -195,6 +211,8 @@ class MultiHeadAttention(keras.layers.Layer):
                     "`value` tokens. Received: cache_update_index=None. (To reuse a "
                     "precomputed cross-attention cache, call with `value=None`.)"
                 )
+            if value is not None:
+                self._check_cache_fits(cache, value, cache_update_index)
         if key is not None and value is not None and key.shape[1] != value.shape[1]:
             if key.shape[1] is not None and value.shape[1] is not None:
                 raise ValueError(

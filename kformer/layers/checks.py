@@ -30,3 +30,28 @@ def clone_initializer(initializer):
     """A fresh copy, so sublayers sharing one seeded initializer differ."""
     initializer = keras.initializers.get(initializer)
     return initializer.__class__.from_config(initializer.get_config())
+
+
+def known_index(name, value):
+    """`value` as an int if it is known now (int, NumPy or eager tensor), else None (traced).
+
+    Raises a ValueError naming `name` when `value` is not an integer scalar or
+    is negative, so `start_index=2.7`, `np.int64(-1)` or a float tensor is
+    refused instead of truncated or clamped. Inside a compiled function a
+    traced index cannot be read; only its dtype is checked there.
+    """
+    if isinstance(value, bool) or (not isinstance(value, int) and not hasattr(value, "dtype")):
+        raise ValueError(f"`{name}` must be an int or an integer scalar tensor. Received: {name}={value!r}")
+    if not isinstance(value, int):
+        if "int" not in str(value.dtype):
+            raise ValueError(f"`{name}` must be an integer. Received: {name}={value!r} (dtype {value.dtype})")
+        try:
+            array = keras.ops.convert_to_numpy(value)
+        except Exception:  # noqa: BLE001 (a traced value: jax tracer, symbolic tf.Tensor)
+            return None
+        if array.ndim != 0:
+            raise ValueError(f"`{name}` must be a scalar. Received: {name} of shape {tuple(array.shape)}")
+        value = int(array)
+    if value < 0:
+        raise ValueError(f"`{name}` must be >= 0. Received: {name}={value}")
+    return value

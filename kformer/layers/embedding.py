@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from kformer.layers.checks import check_positive_ints
+from kformer.layers.checks import check_positive_ints, known_index
 from kformer.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
@@ -115,8 +115,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"
             )
-        if self.sequence_length and isinstance(inputs.shape[1], int) and isinstance(start_index, int):
-            if self.position == "learned" and inputs.shape[1] + start_index > self.sequence_length:
+        index = known_index("start_index", start_index)
+        if self.sequence_length and isinstance(inputs.shape[1], int) and index is not None:
+            if self.position == "learned" and inputs.shape[1] + index > self.sequence_length:
                 raise ValueError(
                     f"`inputs` has {inputs.shape[1]} tokens from start_index={start_index}, "
                     f"more than sequence_length={self.sequence_length}. "

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kformer.layers.checks import check_positive_ints
+from kformer.layers.checks import check_positive_ints, known_index
 
 
 def _positions(inputs, start_index, seq_axis=1):
@@ -66,6 +66,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
             )
+        known_index("start_index", start_index)
         encoding = sinusoid(_positions(inputs, start_index), inputs.shape[-1], self.max_wavelength)
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), ops.shape(inputs))
 
@@ -121,9 +122,9 @@ class PositionEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
             )
-        length = inputs.shape[1]
-        if isinstance(length, int) and isinstance(start_index, int):
-            if start_index + length > self.sequence_length:
+        length, index = inputs.shape[1], known_index("start_index", start_index)
+        if isinstance(length, int) and index is not None:
+            if index + length > self.sequence_length:
                 raise ValueError(
                     f"Positions up to {start_index + length} requested but the layer has "
                     f"sequence_length={self.sequence_length}. Received: inputs.shape="
@@ -192,6 +193,7 @@ class RotaryEmbedding(keras.layers.Layer):
                 "`inputs` must be (batch, seq, dim) or (batch, seq, heads, dim) with an "
                 f"even dim. Received: inputs.shape={tuple(inputs.shape)}"
             )
+        known_index("start_index", start_index)
         dim = inputs.shape[-1]
         positions = _positions(inputs, start_index) / self.scaling_factor
         inverse_freq = ops.power(

@@ -127,6 +127,9 @@ class BertPretrainer(Task):
         self.mlm_transform, self.mlm_norm, self.mlm_bias, self.nsp_head = mlm_transform, mlm_norm, mlm_bias, nsp_head
         self._set_preprocessor(preprocessor)
 
+    def input_limits(self):
+        return bert_input_limits(self.backbone)
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:
@@ -199,6 +202,9 @@ class BertTextClassifier(ClassifierTask):
         self.num_classes, self.dropout, self.class_names = num_classes, dropout, class_names
         self._set_preprocessor(preprocessor)
 
+    def input_limits(self):
+        return bert_input_limits(self.backbone)
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:
@@ -207,6 +213,13 @@ class BertTextClassifier(ClassifierTask):
 
 
 @keras.saving.register_keras_serializable(package="kformer")
+def bert_input_limits(backbone):
+    """Ids, segments and mask positions each within the backbone's sizes."""
+    length = backbone.sequence_length
+    return {"token_ids": (backbone.vocabulary_size, length), "segment_ids": (backbone.num_segments, length),
+            "padding_mask": (None, length), "mask_positions": (length, None)}
+
+
 class MaskedPositionGather(keras.layers.Layer):
     """`(batch, seq, dim)` and int positions `(batch, n)` -> `(batch, n, dim)`."""
 

@@ -82,6 +82,9 @@ class TextClassifier(ClassifierTask):
         self.normalize_first, self.class_names = normalize_first, class_names
         self._set_preprocessor(preprocessor)
 
+    def input_limits(self):
+        return {"token_ids": (self.vocabulary_size, self.sequence_length)}
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:

@@ -89,6 +89,9 @@ class CausalLM(Task):
         self.tie_output_embedding = tie_output_embedding
         self._set_preprocessor(preprocessor)
 
+    def input_limits(self):
+        return {"token_ids": (self.vocabulary_size, self.sequence_length if self.position == "learned" else None)}
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:

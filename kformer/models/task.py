@@ -16,6 +16,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from kformer.models.input_checks import check_model_inputs
+
 _NOT_CONFIG = ("self", "args", "kwargs", "preprocessor", "backbone")
 
 
@@ -100,6 +102,18 @@ class Task(Backbone):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
         return cls(**config)
 
+    def input_limits(self):
+        """dict input name -> (id_limit, length_limit) checked by `predict`, `evaluate` and `fit`.
+
+        Token ids must lie in `[0, id_limit)`, and inputs have at most
+        `length_limit` positions (None: no limit). Subclasses fill it in.
+        """
+        return {}
+
+    def _check_inputs(self, x):
+        if not self._raw(x):
+            check_model_inputs(self, x, self.input_limits())
+
     def validate_preprocessor(self, preprocessor=None):
         """Raise a ValueError if `preprocessor` (default: the task's) does not fit this model.
 
@@ -134,26 +148,32 @@ class Task(Backbone):
                                           shuffle=shuffle)
             y = sample_weight = batch_size = None
             shuffle = False  # the dataset shuffles itself
+        self._check_inputs(x)
         if isinstance(validation_data, tuple) and self._raw(validation_data[0]):
             validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
+        elif isinstance(validation_data, tuple):
+            self._check_inputs(validation_data[0])
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                            callbacks=callbacks, validation_split=validation_split,
                            validation_data=validation_data, shuffle=shuffle,
                            sample_weight=sample_weight, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        self._check_inputs(x)
         if self._raw(x):
             x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        self._check_inputs(x)
         if self._raw(x):
             x = self.preprocessor.encode(x)
         return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
                                callbacks=callbacks)
 
     def predict_on_batch(self, x):
+        self._check_inputs(x)
         if self._raw(x):
             x = self.preprocessor.encode(x)
         return super().predict_on_batch(x)

@@ -117,6 +117,11 @@ class Translator(Task):
         self.tie_output_embedding, self.normalize_first = tie_output_embedding, normalize_first
         self._set_preprocessor(preprocessor)
 
+    def input_limits(self):
+        length = self.sequence_length if self.position == "learned" else None
+        return {"encoder_token_ids": (self.encoder_embedding.vocabulary_size, length),
+                "decoder_token_ids": (self.decoder_embedding.vocabulary_size, length)}
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:

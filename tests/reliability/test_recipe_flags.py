@@ -65,3 +65,18 @@ def test_a_diverged_run_writes_no_version_and_exits_1(tmp_path, monkeypatch):
                          "--vocabulary-size=200", "--epochs=2", "--verbose=0", f"--output-dir={tmp_path}"])
     assert "training diverged" in str(exit_info.value.code) and "no version was written" in str(exit_info.value.code)
     assert sorted(p.name for p in (tmp_path / "imdb_tiny").iterdir()) == ["_training"]
+
+
+@pytest.mark.parametrize("label", [7, -1, 0.6, "1", True, None])
+def test_imdb_labels_outside_the_classes_name_the_file_and_line(tmp_path, label):
+    import gzip
+    import json
+
+    from kformer.data import imdb
+
+    rows = [{"text": "Fine.", "label": 1}, {"text": "Bad.", "label": label}]
+    (tmp_path / "imdb").mkdir()
+    path = tmp_path / "imdb" / "train.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    with pytest.raises(ValueError, match=rf"Corrupt IMDB file {path} line 2: .*label {label!r} is not one of \(0, 1\)"):
+        imdb.load_split("train", tmp_path)

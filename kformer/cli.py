@@ -1,0 +1,138 @@
+"""`kformer`: the command line (installed as a console script).
+
+    kformer list [--params]                   the presets (and parameter counts)
+    kformer train imdb --epochs 1             a recipe (source checkout: recipes/ and data/)
+    kformer predict saved_models/imdb_small/1 "A fine film."
+    kformer export model.keras --output-dir exports/imdb
+
+`--help` works at every level; bad flags exit 2 naming the flag.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+RECIPES = {"imdb": "train_imdb", "translator": "train_translator", "bert": "pretrain_mini_bert",
+           "vit": "train_vit", "gpt": "train_gpt"}
+
+
+def main(argv=None):
+    """Run the command in `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # the recipe parses its own flags (and --help)
+        return _train(parser, argv[1:])
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return args.run(parser, args)
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="kformer", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,train,predict,export}")
+    listing = sub.add_parser("list", help="the presets, their builders and sizes")
+    listing.add_argument("--params", action="store_true", help="also build each preset and count its parameters")
+    listing.set_defaults(run=_list)
+    sub.add_parser("train", help=f"run a recipe: {', '.join(RECIPES)} (then its flags; try --help)")
+    predict = sub.add_parser("predict", help="load a version folder or .keras file and answer")
+    predict.add_argument("path", help="a recipe's version folder or a .keras file")
+    predict.add_argument("inputs", nargs="+", help="texts, or image files for an image classifier")
+    predict.add_argument("--max-length", type=int, default=None, help="translation / generation length")
+    predict.set_defaults(run=_predict)
+    export = sub.add_parser("export", help="write a TF Serving SavedModel from any backend")
+    export.add_argument("path", help="a recipe's version folder or a .keras file")
+    export.add_argument("--output-dir", required=True, help="the model's base folder: writes <dir>/<next version>")
+    export.set_defaults(run=_export)
+    return p
+
+
+def _list(parser, args):
+    from kformer import models
+
+    for name in models.list_models():
+        preset = models.get_preset(name)
+        sizes = ", ".join(f"{k}={v}" for k, v in preset.items() if k != "builder")
+        count = f"{models.build(name).count_params():>13,d}  " if args.params else ""
+        print(f"{name:24} {count}{preset['builder']:18} {sizes}")
+    return 0
+
+
+def _train(parser, argv):
+    if not argv or argv[0] not in RECIPES:
+        if argv and argv[0] in ("-h", "--help"):
+            print(f"usage: kformer train {{{','.join(RECIPES)}}} [recipe flags]; "
+                  "`kformer train imdb --help` lists a recipe's flags")
+            return 0
+        parser.error(f"train: expected a recipe, one of {list(RECIPES)}; got {argv[0] if argv else 'none'!r}")
+    import importlib
+
+    try:
+        recipe = importlib.import_module(f"recipes.{RECIPES[argv[0]]}")
+    except ModuleNotFoundError:
+        sys.exit("error: `kformer train` runs the recipes in the source checkout (recipes/ and the bundled "
+                 "data/): run it from the repository root, where `python -m recipes.train_imdb` also works.")
+    recipe.main(argv[1:])
+    return 0
+
+
+def _load(parser, path):
+    from kformer import models
+
+    try:
+        return models.load(path)
+    except ValueError as err:
+        parser.error(f"path: {err}")
+
+
+def _predict(parser, args):
+    task = _load(parser, args.path)
+    length = {} if args.max_length is None else {"max_length": args.max_length}
+    kind = task.task_type
+    if getattr(task, "preprocessor", None) is None:
+        parser.error(f"path: {args.path} holds a {type(task).__name__} without a preprocessor; "
+                     "it takes model inputs (token ids, fixed-size arrays), not text or image files")
+    elif kind == "image_classification":
+        answers = task.predict_labels([_read_image(parser, f) for f in args.inputs])
+    elif kind == "text_classification":
+        answers = task.predict_labels(args.inputs)
+    elif kind == "translation":
+        answers = task.translate(args.inputs, **length)
+    elif kind == "text_generation":
+        answers = task.generate(args.inputs, **length)
+    else:
+        answers = task.fill_mask(args.inputs)
+    for given, answer in zip(args.inputs, answers):
+        print(json.dumps({"input": given, "output": answer}, ensure_ascii=False))
+    return 0
+
+
+def _read_image(parser, path):
+    import tensorflow as tf
+
+    if not pathlib.Path(path).is_file():
+        parser.error(f"inputs: image file {path!r} not found")
+    try:
+        return tf.io.decode_image(tf.io.read_file(path), expand_animations=False).numpy()
+    except tf.errors.InvalidArgumentError:
+        parser.error(f"inputs: {path!r} is not a PNG, JPEG, GIF or BMP image")
+
+
+def _export(parser, args):
+    from kformer import export
+
+    task = _load(parser, args.path)
+    out = pathlib.Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        parser.error(f"--output-dir {args.output_dir!r} is a file, not a directory")
+    try:
+        print(export.export_for_serving(task, out))
+    except ValueError as err:
+        sys.exit(f"error: {err}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The `kformer` command line: list, predict, export, train dispatch and flag errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kformer import cli, models
+from kformer.data.preprocessors import TextClassifierPreprocessor
+from kformer.data.wordpiece import WordPieceTokenizer
+
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]", "a", "fine", "film", "dull", "."]
+
+
+def test_list_prints_every_preset(capsys):
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == models.list_models()
+    assert any(line.startswith("gpt2_small") and "causal_lm" in line for line in lines)
+
+
+@pytest.fixture(scope="module")
+def classifier_path(tmp_path_factory):
+    tokenizer = WordPieceTokenizer(VOCABULARY)
+    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=len(VOCABULARY), sequence_length=8,
+                                   class_names=["negative", "positive"],
+                                   preprocessor=TextClassifierPreprocessor(tokenizer, 8))
+    path = tmp_path_factory.mktemp("cli") / "model.keras"
+    model.save(path)
+    return path, model.predict_labels(["A fine film.", "Dull."])
+
+
+def test_predict_prints_one_json_answer_per_input(classifier_path, capsys):
+    path, labels = classifier_path
+    assert cli.main(["predict", str(path), "A fine film.", "Dull."]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert answers == [{"input": "A fine film.", "output": labels[0]}, {"input": "Dull.", "output": labels[1]}]
+
+
+@pytest.mark.tf_only
+def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
+    path, _ = classifier_path
+    assert cli.main(["export", str(path), f"--output-dir={tmp_path}"]) == 0
+    assert capsys.readouterr().out.strip().endswith(str(tmp_path / "1"))
+    assert (tmp_path / "1" / "saved_model.pb").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "/no/such/model.keras", "text"], "path: `path` must be a `.keras` file"),
+    (["train", "nope"], "expected a recipe, one of ['imdb'"),
+    (["list", "--bogus"], "unrecognized arguments: --bogus"),
+    (["export", "x.keras"], "--output-dir"),
+    (["train", "imdb", "--learning-rate=nan"], "--learning-rate"),
+])
+def test_bad_flags_exit_2_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_image_files_are_classified(tmp_path, capsys):
+    import tensorflow as tf
+
+    from kformer.data.preprocessors import ImageClassifierPreprocessor
+
+    model = models.vit(preset="vit_tiny", class_names=[str(i) for i in range(10)],
+                       preprocessor=ImageClassifierPreprocessor(28, 1))
+    model.save(tmp_path / "vit.keras")
+    image = np.random.default_rng(0).integers(0, 256, (40, 30, 3), dtype=np.uint8)  # resized, grayed
+    (tmp_path / "digit.png").write_bytes(tf.io.encode_png(image).numpy())
+    assert cli.main(["predict", str(tmp_path / "vit.keras"), str(tmp_path / "digit.png")]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["output"] in [str(i) for i in range(10)]
+    with pytest.raises(SystemExit):
+        cli.main(["predict", str(tmp_path / "vit.keras"), str(tmp_path / "vit.keras")])
+    assert "is not a PNG, JPEG" in capsys.readouterr().err
