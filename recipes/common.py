@@ -88,6 +88,7 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
 
 def parse_args(parser, argv):
     args = parser.parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # for the model card
     known = [n for n in models.list_models() if models.get_preset(n)["builder"] == args.builder]
     if args.preset not in known:
         parser.error(f"--preset {args.preset!r} is not a {args.builder} preset; expected one of {known}")
@@ -201,7 +202,8 @@ def training_dir(args, name):
     different one (say `--sequence-length`) exits with status 2, naming it.
     """
     work_dir = pathlib.Path(args.output_dir) / name / "_training"
-    flags = {k: v for k, v in sorted(vars(args).items()) if k not in MAY_CHANGE_ON_RESUME | {"builder"}}
+    flags = {k: v for k, v in sorted(vars(args).items())
+             if k not in MAY_CHANGE_ON_RESUME | {"builder"} and not k.startswith("_")}
     saved_path = work_dir / "flags.json"
     if saved_path.is_file():
         try:

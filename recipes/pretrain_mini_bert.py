@@ -22,9 +22,12 @@ import keras
 from kformer import export, models
 from kformer.data import mlm
 from kformer.data.preprocessors import BertPreprocessor
-from recipes import common
+from recipes import common, model_card
 
 CLASS_NAMES = ["negative", "positive"]
+LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): a movie-review vocabulary.",
+          "With a short pretraining budget it may not beat training from scratch (docs/RESULTS.md).",
+          "Inputs are cut to --sequence-length tokens."]
 
 
 def parse_args(argv=None):
@@ -138,6 +141,8 @@ def main(argv=None):
             model.save(tmp_dir / "model.keras")
             common.write_json(tmp_dir / "config.json", config)
             common.write_json(tmp_dir / "metrics.json", metrics)
+            model_card.write_for_run(tmp_dir, model=model, name=name, recipe="pretrain_mini_bert", args=args,
+                                     config=config, metrics=metrics, dataset="IMDB reviews", limits=LIMITS)
         return write
 
     mlm_dir = common.write_new_version(

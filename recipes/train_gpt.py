@@ -23,8 +23,11 @@ import numpy as np
 
 from kformer import export, models
 from kformer.data.preprocessors import CausalLMPreprocessor
-from recipes import common
+from recipes import common, model_card
 
+LIMITS = ["A tiny language model of movie reviews: fluent-looking but often meaningless text.",
+          "It repeats what reviews say, biases included; do not use it for anything that matters.",
+          "The context is --sequence-length tokens; prompts are cut to fit before generating."]
 PROMPTS = ["The movie was", "I watched this film because", "The acting in this", "My favorite scene"]
 
 
@@ -105,6 +108,8 @@ def main(argv=None):
         model.save(tmp_dir / "model.keras")
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)
+        model_card.write_for_run(tmp_dir, model=model, name=args.preset, recipe="train_gpt", args=args,
+                                 config=config, metrics=metrics, dataset="IMDB unlabeled reviews", limits=LIMITS)
 
     run_dir = common.finish(args, args.preset, work_dir, write)
     print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews")

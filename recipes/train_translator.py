@@ -25,7 +25,11 @@ import keras
 from kformer import export, models
 from kformer.data import translation
 from kformer.data.preprocessors import TranslatorPreprocessor
-from recipes import common
+from recipes import common, model_card
+
+LIMITS = ["Short, everyday sentences (Tatoeba / Multi30k); long or technical text translates poorly.",
+          "Inputs are cut to --sequence-length tokens and outputs stop at the same length.",
+          "BLEU on the bundled sample is low; see docs/RESULTS.md for full-data runs."]
 
 
 def parse_args(argv=None):
@@ -104,6 +108,8 @@ def main(argv=None):
         model.save(tmp_dir / "model.keras")
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)
+        model_card.write_for_run(tmp_dir, model=model, name=name, recipe="train_translator", args=args,
+                                 config=config, metrics=metrics, dataset=args.dataset, limits=LIMITS)
 
     run_dir = common.finish(args, name, work_dir, write)
     for sample in metrics["samples"][:3]:

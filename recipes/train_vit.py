@@ -19,7 +19,11 @@ import keras
 from kformer import export, models
 from kformer.data import images
 from kformer.data.preprocessors import ImageClassifierPreprocessor
-from recipes import common
+from recipes import common, model_card
+
+LIMITS = ["Trained from scratch on small images (MNIST 28x28 or CIFAR-10 32x32); other images are resized "
+          "to that size and are out of domain.",
+          "ViTs need much data; without pretraining, accuracy stays below a CNN of the same cost."]
 
 
 def parse_args(argv=None):
@@ -86,6 +90,8 @@ def main(argv=None):
         model.save(tmp_dir / "model.keras")
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)
+        model_card.write_for_run(tmp_dir, model=model, name=name, recipe="train_vit", args=args,
+                                 config=config, metrics=metrics, dataset=args.dataset, limits=LIMITS)
 
     run_dir = common.finish(args, name, work_dir, write)
     print(f"test top-1: {top1:.4f}, top-5: {top5:.4f} on {len(test_y)} {args.dataset} images")

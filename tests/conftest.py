@@ -13,6 +13,8 @@ def pytest_report_header(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", "tf_only: needs the TensorFlow backend (data, export)")
     config.addinivalue_line("markers", "slow: end-to-end runs (recipes)")
+    config.addinivalue_line("markers", "only_backend(name): an end-to-end run checked on one backend "
+                                       "(the pieces it uses are tested on all three)")
     config.addinivalue_line("markers", "gpu: needs a GPU")
 
 
@@ -21,6 +23,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tf_only" in item.keywords and backend != "tensorflow":
             item.add_marker(pytest.mark.skip(reason="TensorFlow backend only"))
+        only = item.get_closest_marker("only_backend")
+        if only is not None and backend != only.args[0]:
+            item.add_marker(pytest.mark.skip(reason=f"end to end on {only.args[0]} only"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,13 @@
-"""Every recipe end to end on a tiny slice of the bundled real data: train, evaluate, save, export."""
+"""Every recipe end to end on a tiny slice of the bundled real data: train, evaluate, save, export.
+
+Each recipe runs end to end on one backend (`only_backend`), spread over the
+three so that every CI run trains a recipe on each; the models, `fit`,
+save/load and export they use are tested on all three elsewhere, and the
+IMDB recipe (the main job) runs on all three in test_train_imdb.py.
+"""
 
 import json
 
-import keras
 import numpy as np
 import pytest
 
@@ -10,16 +15,13 @@ from kformer import models
 from recipes import pretrain_mini_bert, train_gpt, train_translator, train_vit
 
 COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
-# Exports from JAX/torch go through a TensorFlow subprocess, tested in tests/export;
-# here the recipes export on TensorFlow only, to keep CI short.
-TF = keras.backend.backend() == "tensorflow"
-EXPORT = [] if TF else ["--no-export"]
 
 
+@pytest.mark.only_backend("tensorflow")  # with its beam-search export
 def test_translator_recipe(tmp_path):
     run_dir = train_translator.main(COMMON + [
         "--preset=transformer_tiny", "--vocabulary-size=300", "--sequence-length=16",
-        "--batch-size=16", f"--output-dir={tmp_path}"] + EXPORT)
+        "--batch-size=16", f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "transformer_tiny_spa-eng" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0
@@ -28,14 +30,17 @@ def test_translator_recipe(tmp_path):
     model = models.load(run_dir)
     assert model.encoder_embedding.vocabulary_size == model.preprocessor.source_tokenizer.vocabulary_size
     assert isinstance(model.translate("How are you?", max_length=4), str)
-    assert (run_dir / "saved_model.pb").is_file() == TF
+    assert (run_dir / "saved_model.pb").is_file()
 
 
-@pytest.mark.parametrize("dataset, preset", [("mnist", "vit_tiny"), ("cifar10", "vit_small_cifar")])
+@pytest.mark.parametrize("dataset, preset", [
+    pytest.param("mnist", "vit_tiny", marks=pytest.mark.only_backend("tensorflow")),  # with its export
+    pytest.param("cifar10", "vit_small_cifar", marks=pytest.mark.only_backend("torch")),
+])
 def test_vit_recipe(tmp_path, dataset, preset):
     flags = COMMON + [f"--dataset={dataset}", f"--preset={preset}", "--batch-size=32",
                       f"--output-dir={tmp_path}"]
-    if dataset == "cifar10" or not TF:
+    if dataset == "cifar10":
         flags.append("--no-export")
     run_dir = train_vit.main(flags)
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -43,7 +48,7 @@ def test_vit_recipe(tmp_path, dataset, preset):
     model = models.load(run_dir)
     assert model.predict(np.zeros((2, 50, 40, 3), "uint8"), verbose=0).shape == (2, 10)  # any size
     assert len(model.predict_labels([np.zeros((20, 20, 1), "uint8")])) == 1
-    assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist" and TF)
+    assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist")
 
 
 def test_vit_recipe_rejects_a_preset_of_the_wrong_image_size(capsys):
@@ -52,6 +57,7 @@ def test_vit_recipe_rejects_a_preset_of_the_wrong_image_size(capsys):
     assert exit_info.value.code != 0 and "vit_small_cifar" in capsys.readouterr().err
 
 
+@pytest.mark.only_backend("torch")
 def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
         "--finetune-epochs=1", "--vocabulary-size=300", "--sequence-length=32", "--batch-size=16",
@@ -86,10 +92,11 @@ def test_bad_flags_exit_with_a_clear_message(recipe, flags, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.only_backend("jax")  # exports through the TensorFlow subprocess
 def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     run_dir = train_gpt.main(COMMON + [
         "--vocabulary-size=300", "--sequence-length=32", "--sample-length=12", "--batch-size=16",
-        f"--output-dir={tmp_path}"] + EXPORT)
+        f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "gpt_tiny" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 1.0 < metrics["validation_perplexity"] < 400  # below the uniform 300-token guess's ~300
@@ -100,4 +107,4 @@ def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     model = models.load(run_dir)
     assert model.token_embedding.vocabulary_size == model.preprocessor.tokenizer.vocabulary_size
     assert model.generate("The movie was", max_length=8).startswith("the movie was")
-    assert (run_dir / "saved_model.pb").is_file() == TF
+    assert (run_dir / "saved_model.pb").is_file()

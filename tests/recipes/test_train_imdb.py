@@ -34,6 +34,11 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
     assert (first / "saved_model.pb").is_file()
     assert (first / "assets.extra" / "tf_serving_warmup_requests").is_file()
     assert (first / "training_log.csv").is_file() and (first / "logs").is_dir()
+    card = (first / "README.md").read_text()  # the model card
+    assert card.startswith("# imdb_tiny: TextClassifier (imdb_tiny)") and "--max-examples=96" in card
+    assert f"| test_accuracy | {metrics['test_accuracy']:.4g} |" in card and "## Known limits" in card
+    facts = json.loads((first / "assets.extra" / "model_card.json").read_text())
+    assert facts["parameters"] == model.count_params() and facts["task_type"] == "text_classification"
     assert not (tmp_path / "imdb_tiny" / "_training").exists()
     before = (first / "model.keras").read_bytes()
     second = train_imdb.main(flags + ["--no-export"])
@@ -42,6 +47,7 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
     assert not list((tmp_path / "imdb_tiny").glob(".tmp-*"))
 
 
+@pytest.mark.only_backend("jax")  # the backup mechanics run on all three in tests/reliability
 def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
     flags = FLAGS + ["--epochs=3", "--no-export", f"--output-dir={tmp_path}"]
     killed = subprocess.run(
@@ -79,6 +85,7 @@ def test_missing_data_file_exits_with_the_path(tmp_path):
     assert str(tmp_path / "imdb" / "train.jsonl.gz") in str(exit_info.value.code)
 
 
+@pytest.mark.only_backend("torch")  # the TFDS loader itself is tested in tests/data
 def test_tfds_flag_trains_on_tfds_imdb_reviews(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=40):  # offline stand-in for the download

@@ -1,0 +1,129 @@
+"""Model cards: `README.md` in every version folder, and `assets.extra/model_card.json` beside an export."""
+
+import json
+import platform
+import shlex
+
+import keras
+
+# One example request per task type for TF Serving's REST API (the signature names are kformer.export's).
+REQUESTS = {
+    "text_classification": '{"instances": ["A wonderful, moving film."]}',
+    "translation": '{"signature_name": "translate_beam", "instances": ["How are you?"]}',
+    "fill_mask": '{"signature_name": "fill_mask", "instances": ["This movie was [MASK]."]}',
+    "text_generation": '{"instances": ["The movie was"]}',
+    "image_classification": '{"instances": [{"b64": "<base64 of a PNG or JPEG>"}]}',
+}
+
+
+COUNTS = ("_examples", "_reviews", "_pairs")
+
+
+def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits):
+    """A recipe's card from its flags and metrics: counts become the data table, other numbers the metrics."""
+    data = {"dataset": dataset, **{k: v for k, v in metrics.items() if k.endswith(COUNTS)}}
+    numbers = {k: v for k, v in metrics.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.endswith(COUNTS)}
+    training = {k: v for k, v in numbers.items() if "epochs" in k or "seconds" in k}
+    scores = {k: v for k, v in numbers.items() if k not in training}
+    card = facts(model=model, name=name, recipe=recipe, argv=args._argv, config=config, data=data,
+                 metrics=scores, training=training, limits=limits)
+    write(folder, card, exported=not args.no_export)
+
+
+def facts(*, model, name, recipe, argv, config, data, metrics, training, limits):
+    """The card's facts as a JSON-ready dict.
+
+    Args:
+        model: the trained task. name: str, the model's base folder name.
+        recipe: str, the recipe module. argv: list of str, its flags.
+        config: dict, the build config. data: dict, data set and split sizes.
+        metrics: dict, the test metrics. training: dict, epochs and seconds.
+        limits: list of str, known limits.
+    """
+    import tensorflow as tf
+
+    return {
+        "name": name, "task": type(model).__name__, "task_type": model.task_type,
+        "preset": config.get("preset"), "parameters": int(model.count_params()),
+        "config": config, "data": data, "metrics": metrics, "training": training, "known_limits": limits,
+        "command": "python -m recipes." + " ".join([recipe, *map(shlex.quote, argv)]),
+        "backend": keras.backend.backend(),
+        "versions": {"python": platform.python_version(), "keras": keras.__version__,
+                     "tensorflow": tf.__version__, "kformer": _kformer_version()},
+    }
+
+
+def write(folder, card, exported):
+    """Write `folder/README.md`, and `folder/assets.extra/model_card.json` when `exported`."""
+    (folder / "README.md").write_text(render(card, exported), encoding="utf-8")
+    if exported:
+        (folder / "assets.extra").mkdir(exist_ok=True)
+        (folder / "assets.extra" / "model_card.json").write_text(json.dumps(card, indent=2) + "\n")
+
+
+def render(card, exported):
+    """The model card as Markdown."""
+    rows = lambda d: "\n".join(f"| {k} | {_fmt(v)} |" for k, v in d.items())  # noqa: E731
+    serve = (f"""TF Serving loads this folder's parent (`--model_base_path`), version by version:
+
+```
+docker run -p 8501:8501 -v "$PWD/{card['name']}:/models/{card['name']}" \\
+    -e MODEL_NAME={card['name']} tensorflow/serving
+curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
+    -d '{REQUESTS[card['task_type']]}'
+```
+""" if exported else "Not exported (`--no-export`): `kformer export` writes a SavedModel from `model.keras`.\n")
+    limits = "\n".join(f"- {line}" for line in card["known_limits"])
+    return f"""# {card['name']}: {card['task']} ({card['preset']})
+
+{card['parameters']:,} parameters, trained on {card['backend']} with this command:
+
+```
+{card['command']}
+```
+
+## Data
+
+| | |
+|---|---|
+{rows(card['data'])}
+
+## Test metrics
+
+| metric | value |
+|---|---|
+{rows(card['metrics'])}
+
+## Training
+
+| | |
+|---|---|
+{rows(card['training'])}
+
+## Known limits
+
+{limits}
+
+## Use it
+
+```python
+from kformer import models
+model = models.load("<this folder>")   # the {card['task']} with its preprocessor
+```
+
+{serve}
+## Versions
+
+{", ".join(f"{k} {v}" for k, v in card['versions'].items())}
+"""
+
+
+def _fmt(value):
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _kformer_version():
+    import kformer
+
+    return kformer.__version__
