@@ -20,9 +20,10 @@ def naive_greedy(model, source, max_length):
     tokens = np.zeros((len(source), max_length + 1), "int32")
     tokens[:, 0] = START
     done = np.zeros(len(source), bool)
-    for t in range(max_length):
-        logits = np.array(to_numpy(model({"encoder_token_ids": source,
-                                   "decoder_token_ids": tokens[:, : t + 1]})))[:, t]
+    for t in range(max_length):  # the whole prefix every step (padded to one shape: causal, so
+        # the zeros after position t do not change its logits)
+        logits = np.array(to_numpy(model.predict_on_batch({"encoder_token_ids": source,
+                                                           "decoder_token_ids": tokens})))[:, t]
         logits[:, 0] = -np.inf
         word = np.where(done, 0, logits.argmax(-1))
         tokens[:, t + 1] = word
@@ -64,7 +65,7 @@ def test_one_beam_and_top_k_one_equal_greedy(translator):
 
 
 def test_beam_search_scores_at_least_greedy(translator):
-    kwargs = dict(max_length=6, start_token_id=START, end_token_id=END)
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
     greedy = models.generate(translator, SOURCE, **kwargs)
     beam = models.generate(translator, SOURCE, strategy="beam", num_beams=4, length_penalty=0.0, **kwargs)
 
