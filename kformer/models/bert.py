@@ -212,7 +212,6 @@ class BertTextClassifier(ClassifierTask):
             check_length_fits(preprocessor, self.backbone.sequence_length)
 
 
-@keras.saving.register_keras_serializable(package="kformer")
 def bert_input_limits(backbone):
     """Ids, segments and mask positions each within the backbone's sizes."""
     length = backbone.sequence_length
@@ -220,6 +219,7 @@ def bert_input_limits(backbone):
             "padding_mask": (None, length), "mask_positions": (length, None)}
 
 
+@keras.saving.register_keras_serializable(package="kformer")
 class MaskedPositionGather(keras.layers.Layer):
     """`(batch, seq, dim)` and int positions `(batch, n)` -> `(batch, n, dim)`."""
 
