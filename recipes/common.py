@@ -23,6 +23,7 @@ import keras  # noqa: E402
 
 from kformer import models  # noqa: E402
 from kformer.export.versioning import write_new_version  # noqa: E402
+from recipes import model_card  # noqa: E402
 from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
 
 
@@ -216,9 +217,7 @@ def training_dir(args, name):
             usage_error(f"{work_dir} holds an unfinished run with other flags ({shown}). Rerun with "
                         f"its flags to resume it, or delete {work_dir} to start fresh.")
     work_dir.mkdir(parents=True, exist_ok=True)
-    tmp = saved_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(flags, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, saved_path)
+    write_json(saved_path, flags)
     return work_dir
 
 
@@ -258,7 +257,31 @@ def finish(args, name, work_dir, write):
 
 
 def write_json(path, data):
-    pathlib.Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    """Write `data` as JSON to `path` atomically (a temporary file, then a rename)."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def version_writer(model, args, *, name, config, metrics, card, export_options=None):
+    """The `write(tmp_dir)` a recipe hands to `finish`: everything a version folder holds.
+
+    The TF Serving SavedModel (unless `--no-export`; `export_options` go to
+    `save_for_serving`), `model.keras`, `config.json`, `metrics.json` and the
+    model card (`card`: `recipe`, `dataset` and `limits` for `model_card.write_for_run`).
+    """
+    def write(tmp_dir):
+        if not args.no_export:
+            from kformer import export
+
+            export.save_for_serving(model, tmp_dir, model_name=name, **(export_options or {}))
+        model.save(tmp_dir / "model.keras")
+        write_json(tmp_dir / "config.json", config)
+        write_json(tmp_dir / "metrics.json", metrics)
+        model_card.write_for_run(tmp_dir, model=model, name=name, args=args, config=config, metrics=metrics,
+                                 **card)
+    return write
 
 
 def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor):

@@ -19,10 +19,10 @@ import time
 
 import keras
 
-from kformer import export, models
+from kformer import models
 from kformer.data import mlm
 from kformer.data.preprocessors import BertPreprocessor
-from recipes import common, model_card
+from recipes import common
 
 CLASS_NAMES = ["negative", "positive"]
 LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): a movie-review vocabulary.",
@@ -135,15 +135,8 @@ def main(argv=None):
               "class_names": CLASS_NAMES}
 
     def writer(model, metrics, name):
-        def write(tmp_dir):
-            if not args.no_export:
-                export.save_for_serving(model, tmp_dir, model_name=name)
-            model.save(tmp_dir / "model.keras")
-            common.write_json(tmp_dir / "config.json", config)
-            common.write_json(tmp_dir / "metrics.json", metrics)
-            model_card.write_for_run(tmp_dir, model=model, name=name, recipe="pretrain_mini_bert", args=args,
-                                     config=config, metrics=metrics, dataset="IMDB reviews", limits=LIMITS)
-        return write
+        card = dict(recipe="pretrain_mini_bert", dataset="IMDB reviews", limits=LIMITS)
+        return common.version_writer(model, args, name=name, config=config, metrics=metrics, card=card)
 
     mlm_dir = common.write_new_version(
         f"{args.output_dir}/{args.preset}_mlm",

@@ -21,9 +21,9 @@ import time
 import keras
 import numpy as np
 
-from kformer import export, models
+from kformer import models
 from kformer.data.preprocessors import CausalLMPreprocessor
-from recipes import common, model_card
+from recipes import common
 
 LIMITS = ["A tiny language model of movie reviews: fluent-looking but often meaningless text.",
           "It repeats what reviews say, biases included; do not use it for anything that matters.",
@@ -102,16 +102,10 @@ def main(argv=None):
         "backend": keras.backend.backend(), "samples": samples,
     }
 
-    def write(tmp_dir):
-        if not args.no_export:
-            export.save_for_serving(model, tmp_dir, model_name=args.preset, max_length=args.sample_length)
-        model.save(tmp_dir / "model.keras")
-        common.write_json(tmp_dir / "config.json", config)
-        common.write_json(tmp_dir / "metrics.json", metrics)
-        model_card.write_for_run(tmp_dir, model=model, name=args.preset, recipe="train_gpt", args=args,
-                                 config=config, metrics=metrics, dataset="IMDB unlabeled reviews", limits=LIMITS)
-
-    run_dir = common.finish(args, args.preset, work_dir, write)
+    card = dict(recipe="train_gpt", dataset="IMDB unlabeled reviews", limits=LIMITS)
+    run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
+        model, args, name=args.preset, config=config, metrics=metrics, card=card,
+        export_options={"max_length": args.sample_length}))
     print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews")
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['top_p']!r}")

@@ -17,9 +17,9 @@ import time
 
 import keras
 
-from kformer import export, models
+from kformer import models
 from kformer.data.preprocessors import TextClassifierPreprocessor
-from recipes import common, model_card
+from recipes import common
 
 CLASS_NAMES = ["negative", "positive"]
 LIMITS = ["English movie reviews only; other domains and languages are untested.",
@@ -69,17 +69,9 @@ def main(argv=None):
         "train_seconds": round(train_seconds, 1), "backend": keras.backend.backend(),
     }
 
-    def write(tmp_dir):
-        if not args.no_export:
-            export.save_for_serving(model, tmp_dir, model_name=args.preset)
-        model.save(tmp_dir / "model.keras")
-        common.write_json(tmp_dir / "config.json", config)
-        common.write_json(tmp_dir / "metrics.json", metrics)
-        model_card.write_for_run(tmp_dir, model=model, name=args.preset, recipe="train_imdb", args=args,
-                                 config=config, metrics=metrics, dataset="IMDB reviews (Maas et al. 2011)",
-                                 limits=LIMITS)
-
-    run_dir = common.finish(args, args.preset, work_dir, write)
+    card = dict(recipe="train_imdb", dataset="IMDB reviews (Maas et al. 2011)", limits=LIMITS)
+    run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
+        model, args, name=args.preset, config=config, metrics=metrics, card=card))
     print(f"test accuracy: {test_accuracy:.4f} on {len(test_labels)} reviews")
     print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))
     return run_dir

@@ -22,10 +22,10 @@ import time
 
 import keras
 
-from kformer import export, models
+from kformer import models
 from kformer.data import translation
 from kformer.data.preprocessors import TranslatorPreprocessor
-from recipes import common, model_card
+from recipes import common
 
 LIMITS = ["Short, everyday sentences (Tatoeba / Multi30k); long or technical text translates poorly.",
           "Inputs are cut to --sequence-length tokens and outputs stop at the same length.",
@@ -102,16 +102,10 @@ def main(argv=None):
     if not all(math.isfinite(v) for v in (bleu.score, chrf.score)):
         common.fail(f"non-finite scores: {metrics}")
 
-    def write(tmp_dir):
-        if not args.no_export:
-            export.save_for_serving(model, tmp_dir, model_name=name, num_beams=max(4, args.num_beams))
-        model.save(tmp_dir / "model.keras")
-        common.write_json(tmp_dir / "config.json", config)
-        common.write_json(tmp_dir / "metrics.json", metrics)
-        model_card.write_for_run(tmp_dir, model=model, name=name, recipe="train_translator", args=args,
-                                 config=config, metrics=metrics, dataset=args.dataset, limits=LIMITS)
-
-    run_dir = common.finish(args, name, work_dir, write)
+    card = dict(recipe="train_translator", dataset=args.dataset, limits=LIMITS)
+    run_dir = common.finish(args, name, work_dir, common.version_writer(
+        model, args, name=name, config=config, metrics=metrics, card=card,
+        export_options={"num_beams": max(4, args.num_beams)}))
     for sample in metrics["samples"][:3]:
         print(f"  {sample['source']!r} -> {sample['translation']!r} (reference {sample['reference']!r})")
     print(f"test BLEU {bleu.score:.2f}, chrF {chrf.score:.2f} on {len(test_sources)} pairs")

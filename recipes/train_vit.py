@@ -16,10 +16,10 @@ import time
 
 import keras
 
-from kformer import export, models
+from kformer import models
 from kformer.data import images
 from kformer.data.preprocessors import ImageClassifierPreprocessor
-from recipes import common, model_card
+from recipes import common
 
 LIMITS = ["Trained from scratch on small images (MNIST 28x28 or CIFAR-10 32x32); other images are resized "
           "to that size and are out of domain.",
@@ -84,16 +84,9 @@ def main(argv=None):
                "train_examples": cut, "epochs": args.epochs, "train_seconds": round(train_seconds, 1),
                "backend": keras.backend.backend()}
 
-    def write(tmp_dir):
-        if not args.no_export:
-            export.save_for_serving(model, tmp_dir, model_name=name)
-        model.save(tmp_dir / "model.keras")
-        common.write_json(tmp_dir / "config.json", config)
-        common.write_json(tmp_dir / "metrics.json", metrics)
-        model_card.write_for_run(tmp_dir, model=model, name=name, recipe="train_vit", args=args,
-                                 config=config, metrics=metrics, dataset=args.dataset, limits=LIMITS)
-
-    run_dir = common.finish(args, name, work_dir, write)
+    card = dict(recipe="train_vit", dataset=args.dataset, limits=LIMITS)
+    run_dir = common.finish(args, name, work_dir, common.version_writer(
+        model, args, name=name, config=config, metrics=metrics, card=card))
     print(f"test top-1: {top1:.4f}, top-5: {top5:.4f} on {len(test_y)} {args.dataset} images")
     print(f"saved: {run_dir}")
     return run_dir
