@@ -51,12 +51,6 @@ def test_vit_recipe(tmp_path, dataset, preset):
     assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist")
 
 
-def test_vit_recipe_rejects_a_preset_of_the_wrong_image_size(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        train_vit.main(["--dataset=cifar10", "--preset=vit_tiny"])
-    assert exit_info.value.code != 0 and "vit_small_cifar" in capsys.readouterr().err
-
-
 @pytest.mark.only_backend("torch")
 def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
@@ -75,21 +69,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
 
 
-@pytest.mark.parametrize("recipe, flags, message", [
-    (train_translator, ["--preset=imdb_tiny"], "transformer_small"),
-    (train_translator, ["--batch-size=0"], "--batch-size"),
-    (train_vit, ["--dataset=imagenet"], "--dataset"),
-    (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
-    (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
-    (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
-    (train_gpt, ["--sequence-length=4096"], "--sequence-length must be in [2, 128]"),
-    (train_gpt, ["--preset=transformer_tiny"], "gpt_tiny"),
-])
-def test_bad_flags_exit_with_a_clear_message(recipe, flags, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        recipe.main(flags)
-    assert exit_info.value.code != 0
-    assert message in capsys.readouterr().err
+# Bad flags: one table for every recipe in tests/reliability/test_recipe_flags.py.
 
 
 @pytest.mark.only_backend("jax")  # exports through the TensorFlow subprocess

@@ -65,18 +65,7 @@ def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
     assert epochs == [0, 1, 2]  # epoch 0 from the killed run, 1-2 from the rerun: nothing lost or repeated
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--epochs=-1"], "--epochs"),
-    (["--epochs=two"], "--epochs"),
-    (["--data-dir=/no/such/dir"], "/no/such/dir"),
-    (["--preset=vit_tiny"], "imdb_small"),
-    (["--learning-rate=0"], "--learning-rate"),
-])
-def test_bad_flags_exit_with_a_clear_message(flags, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        train_imdb.main(flags)
-    assert exit_info.value.code != 0
-    assert message in capsys.readouterr().err
+# Bad flags: one table for every recipe in tests/reliability/test_recipe_flags.py.
 
 
 def test_missing_data_file_exits_with_the_path(tmp_path):

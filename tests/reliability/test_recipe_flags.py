@@ -1,4 +1,5 @@
-"""Recipe flags that could only fail after training fail at parse time: exit 2, the flag named."""
+"""Bad recipe flags, including those that could only fail after training, fail at parse time:
+exit 2, the flag (or path, or the preset to use instead) named. One table for every recipe."""
 
 import keras
 import pytest
@@ -21,10 +22,24 @@ from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_tra
     (pretrain_mini_bert, ["--sequence-length=4"], "--sequence-length: expected an integer >= 8"),
     (train_translator, ["--num-beams=100000"], "--num-beams: expected an integer >= 1 and <= 64"),
     (train_imdb, ["--epochs=1.5"], "--epochs"),
+    (train_imdb, ["--epochs=-1"], "--epochs"),
+    (train_imdb, ["--epochs=two"], "--epochs"),
+    (train_imdb, ["--data-dir=/no/such/dir"], "/no/such/dir"),
+    (train_imdb, ["--preset=vit_tiny"], "imdb_small"),
+    (train_imdb, ["--learning-rate=0"], "--learning-rate"),
+    (train_translator, ["--preset=imdb_tiny"], "transformer_small"),
+    (train_translator, ["--batch-size=0"], "--batch-size"),
+    (train_vit, ["--dataset=imagenet"], "--dataset"),
+    (train_vit, ["--dataset=cifar10", "--preset=vit_tiny"], "vit_small_cifar"),
+    (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
+    (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
+    (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
+    (train_gpt, ["--sequence-length=4096"], "--sequence-length must be in [2, 128]"),
+    (train_gpt, ["--preset=transformer_tiny"], "gpt_tiny"),
 ])
-def test_bad_values_exit_2_naming_the_flag(recipe, flags, message, capsys):
+def test_bad_flags_exit_2_naming_the_flag(recipe, flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        recipe.parse_args(flags)
+        recipe.main(flags)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
