@@ -23,7 +23,7 @@ import keras  # noqa: E402
 
 from kformer import models  # noqa: E402
 from kformer.export.versioning import write_new_version  # noqa: E402
-from recipes import model_card  # noqa: E402
+from recipes import model_card, plots  # noqa: E402
 from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
 
 
@@ -82,6 +82,8 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
                    help="data parallel over every local device (JAX DataParallel, TF MirroredStrategy)")
     p.add_argument("--patience", type=positive_int, default=3, help="EarlyStopping patience (epochs)")
     p.add_argument("--no-export", action="store_true", help="skip the TF Serving SavedModel")
+    p.add_argument("--no-plots", action="store_true",
+                   help="skip curves.png and attention.png in the version folder")
     p.add_argument("--verbose", choices=("auto", "0", "1", "2"), default="auto",
                    help="Keras fit verbosity (auto: progress bars on a terminal)")
     return p
@@ -191,7 +193,7 @@ def learn_or_load_tokenizer(path, texts, vocabulary_size):
 
 # Flags that may change between a killed run and its rerun; any other flag
 # changes what is trained, so resuming with it would mix two runs.
-MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "jit_compile",
+MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "no_plots", "jit_compile",
                         "learning_rate", "finetune_learning_rate", "max_test_examples", "num_beams",
                         "sample_length", "compare_scratch"}
 
@@ -264,12 +266,15 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
-def version_writer(model, args, *, name, config, metrics, card, export_options=None):
+def version_writer(model, args, *, name, config, metrics, card, export_options=None, log=None,
+                   attention=None):
     """The `write(tmp_dir)` a recipe hands to `finish`: everything a version folder holds.
 
     The TF Serving SavedModel (unless `--no-export`; `export_options` go to
-    `save_for_serving`), `model.keras`, `config.json`, `metrics.json` and the
-    model card (`card`: `recipe`, `dataset` and `limits` for `model_card.write_for_run`).
+    `save_for_serving`), `model.keras`, `config.json`, `metrics.json`, the
+    figures (unless `--no-plots`: `curves.png` from the CSV log at `log`,
+    `attention.png` from `attention()`, see `recipes.plots`) and the model card
+    (`card`: `recipe`, `dataset` and `limits` for `model_card.write_for_run`).
     """
     def write(tmp_dir):
         if not args.no_export:
@@ -279,8 +284,9 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
         model.save(tmp_dir / "model.keras")
         write_json(tmp_dir / "config.json", config)
         write_json(tmp_dir / "metrics.json", metrics)
+        figures = {} if args.no_plots else plots.write(tmp_dir, log=log, attention=attention)
         model_card.write_for_run(tmp_dir, model=model, name=name, args=args, config=config, metrics=metrics,
-                                 **card)
+                                 figures=figures, **card)
     return write
 
 

@@ -19,7 +19,7 @@ REQUESTS = {
 COUNTS = ("_examples", "_reviews", "_pairs")
 
 
-def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits):
+def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):
     """A recipe's card from its flags and metrics: counts become the data table, other numbers the metrics."""
     data = {"dataset": dataset, **{k: v for k, v in metrics.items() if k.endswith(COUNTS)}}
     numbers = {k: v for k, v in metrics.items()
@@ -27,11 +27,11 @@ def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset
     training = {k: v for k, v in numbers.items() if "epochs" in k or "seconds" in k}
     scores = {k: v for k, v in numbers.items() if k not in training}
     card = facts(model=model, name=name, recipe=recipe, argv=args._argv, config=config, data=data,
-                 metrics=scores, training=training, limits=limits)
+                 metrics=scores, training=training, limits=limits, figures=figures)
     write(folder, card, exported=not args.no_export)
 
 
-def facts(*, model, name, recipe, argv, config, data, metrics, training, limits):
+def facts(*, model, name, recipe, argv, config, data, metrics, training, limits, figures=None):
     """The card's facts as a JSON-ready dict.
 
     Args:
@@ -40,6 +40,7 @@ def facts(*, model, name, recipe, argv, config, data, metrics, training, limits)
         config: dict, the build config. data: dict, data set and split sizes.
         metrics: dict, the test metrics. training: dict, epochs and seconds.
         limits: list of str, known limits.
+        figures: {file name: caption} of the PNGs in the folder, or None.
     """
     import tensorflow as tf
 
@@ -47,6 +48,7 @@ def facts(*, model, name, recipe, argv, config, data, metrics, training, limits)
         "name": name, "task": type(model).__name__, "task_type": model.task_type,
         "preset": config.get("preset"), "parameters": int(model.count_params()),
         "config": config, "data": data, "metrics": metrics, "training": training, "known_limits": limits,
+        "figures": dict(figures or {}),
         "command": "python -m recipes." + " ".join([recipe, *map(shlex.quote, argv)]),
         "backend": keras.backend.backend(),
         "versions": {"python": platform.python_version(), "keras": keras.__version__,
@@ -75,6 +77,7 @@ curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
 ```
 """ if exported else "Not exported (`--no-export`): `kformer export` writes a SavedModel from `model.keras`.\n")
     limits = "\n".join(f"- {line}" for line in card["known_limits"])
+    figures = "".join(f"![{caption}]({name})\n\n" for name, caption in card.get("figures", {}).items())
     return f"""# {card['name']}: {card['task']} ({card['preset']})
 
 {card['parameters']:,} parameters, trained on {card['backend']} with this command:
@@ -101,7 +104,7 @@ curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
 |---|---|
 {rows(card['training'])}
 
-## Known limits
+{figures}## Known limits
 
 {limits}
 

@@ -21,7 +21,7 @@ import time
 import keras
 import numpy as np
 
-from kformer import models
+from kformer import models, viz
 from kformer.data.preprocessors import CausalLMPreprocessor
 from recipes import common
 
@@ -105,7 +105,8 @@ def main(argv=None):
     card = dict(recipe="train_gpt", dataset="IMDB unlabeled reviews", limits=LIMITS)
     run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
         model, args, name=args.preset, config=config, metrics=metrics, card=card,
-        export_options={"max_length": args.sample_length}))
+        export_options={"max_length": args.sample_length}, log=work_dir / "training_log.csv",
+        attention=lambda: viz.plot_attention(model, [greedy[0]], layer=-1)))
     print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews")
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['top_p']!r}")

@@ -17,11 +17,12 @@ import time
 
 import keras
 
-from kformer import models
+from kformer import models, viz
 from kformer.data.preprocessors import TextClassifierPreprocessor
 from recipes import common
 
 CLASS_NAMES = ["negative", "positive"]
+ATTENTION_EXAMPLE = "A wonderful, moving film, though the ending drags a little."
 LIMITS = ["English movie reviews only; other domains and languages are untested.",
           "Reviews are cut to --sequence-length tokens; the verdict at the end of a long review is lost.",
           "A small model trained on the bundled sample by default (about 0.82 test accuracy here); "
@@ -71,7 +72,8 @@ def main(argv=None):
 
     card = dict(recipe="train_imdb", dataset="IMDB reviews (Maas et al. 2011)", limits=LIMITS)
     run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
-        model, args, name=args.preset, config=config, metrics=metrics, card=card))
+        model, args, name=args.preset, config=config, metrics=metrics, card=card,
+        log=work_dir / "training_log.csv", attention=lambda: viz.plot_attention(model, [ATTENTION_EXAMPLE], layer=-1)))
     print(f"test accuracy: {test_accuracy:.4f} on {len(test_labels)} reviews")
     print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))
     return run_dir

@@ -22,7 +22,7 @@ import time
 
 import keras
 
-from kformer import models
+from kformer import models, viz
 from kformer.data import translation
 from kformer.data.preprocessors import TranslatorPreprocessor
 from recipes import common
@@ -45,6 +45,11 @@ def parse_args(argv=None):
                    help="beam width for the test translations (1 = greedy)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
     return common.parse_args(p, argv)
+
+
+def attention_example(sources, words=8):
+    """A test sentence of about `words` words, for the cross-attention figure (the model's own translation)."""
+    return min(sources[:200], key=lambda s: (abs(len(s.split()) - words), s))
 
 
 def main(argv=None):
@@ -105,7 +110,9 @@ def main(argv=None):
     card = dict(recipe="train_translator", dataset=args.dataset, limits=LIMITS)
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
-        export_options={"num_beams": max(4, args.num_beams)}))
+        export_options={"num_beams": max(4, args.num_beams)}, log=work_dir / "training_log.csv",
+        attention=lambda: viz.plot_attention(model, [attention_example(test_sources)], layer=-1,
+                                             attention="cross")))
     for sample in metrics["samples"][:3]:
         print(f"  {sample['source']!r} -> {sample['translation']!r} (reference {sample['reference']!r})")
     print(f"test BLEU {bleu.score:.2f}, chrF {chrf.score:.2f} on {len(test_sources)} pairs")

@@ -16,7 +16,7 @@ import time
 
 import keras
 
-from kformer import models
+from kformer import models, viz
 from kformer.data import images
 from kformer.data.preprocessors import ImageClassifierPreprocessor
 from recipes import common
@@ -86,7 +86,8 @@ def main(argv=None):
 
     card = dict(recipe="train_vit", dataset=args.dataset, limits=LIMITS)
     run_dir = common.finish(args, name, work_dir, common.version_writer(
-        model, args, name=name, config=config, metrics=metrics, card=card))
+        model, args, name=name, config=config, metrics=metrics, card=card, log=work_dir / "training_log.csv",
+        attention=lambda: viz.plot_patch_attention(model, test_x[0])))
     print(f"test top-1: {top1:.4f}, top-5: {top5:.4f} on {len(test_y)} {args.dataset} images")
     print(f"saved: {run_dir}")
     return run_dir

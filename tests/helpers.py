@@ -166,3 +166,17 @@ def run_layer_test(
                 if sub.dtype_policy.name != "float32":
                     assert sub.dtype_policy.name == policy, (sub.name, sub.dtype_policy.name)
     return layer
+
+
+def assert_figures(folder, names=("curves.png", "attention.png"), min_pixels=(150, 300)):
+    """Each PNG in `names` exists in `folder`, is at least `min_pixels` (height, width) and not blank,
+    and the folder's model card shows it."""
+    import matplotlib.image
+
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    for name in names:
+        image = matplotlib.image.imread(folder / name)  # (height, width, 3 or 4), floats in [0, 1]
+        assert image.ndim == 3 and image.shape[0] >= min_pixels[0] and image.shape[1] >= min_pixels[1], (
+            name, image.shape)
+        assert float(image[..., :3].std()) > 0.02, f"{name} is blank"
+        assert f"]({name})" in card, f"the model card does not show {name}"

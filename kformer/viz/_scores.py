@@ -96,6 +96,8 @@ def token_sources(model, feed):
     else:
         encoder_ids, decoder_ids = to_numpy(feed), None
         encoder_ids = encoder_ids if encoder_ids.dtype.kind in "iu" else None
+    if decoder_ids is None and not getattr(parts(model)[0], "encoder_blocks", None):
+        decoder_ids = encoder_ids  # decoder-only (CausalLM): its blocks read the token ids
     return {"encoder": (encoder_ids, source), "decoder": (decoder_ids, target)}
 
 

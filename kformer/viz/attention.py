@@ -24,7 +24,7 @@ def plot_attention(model_or_layer, inputs, layer=0, attention="self", head=None,
     Args:
         model_or_layer: a kformer task (`Translator`, `TextClassifier`,
             `BertTextClassifier`, `BertPretrainer`, `BertBackbone`,
-            `ViTImageClassifier`) or a `TransformerEncoderBlock` /
+            `ViTImageClassifier`, `CausalLM`) or a `TransformerEncoderBlock` /
             `TransformerDecoderBlock`.
         inputs: for a task, raw inputs (texts, images) when it has a
             preprocessor, or model inputs (arrays or a dict of them). For a

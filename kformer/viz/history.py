@@ -47,6 +47,8 @@ def plot_history(csv_or_history, figsize=None):
         ax.set_title(name)
         ax.set_xlabel("epoch")
         ax.xaxis.get_major_locator().set_params(integer=True)
+        if len(epochs) <= 20:
+            ax.set_xticks(epochs)  # every epoch, and no fractional ticks around a single one
         ax.grid(alpha=0.3)
         ax.legend()
     return fig

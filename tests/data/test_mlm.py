@@ -75,6 +75,34 @@ def test_masking_statistics():
     assert np.all((new == 4) | ((new >= 7) & (new < MASKING["vocabulary_size"])))
 
 
+def test_masking_matches_keras_hub_masked_lm_mask_generator():
+    """kformer keeps its own seeded numpy masking (keras-hub's generator takes no seed, so a rerun
+    or a resumed run would see other masks); it must select and replace as keras-hub's does."""
+    keras_hub = pytest.importorskip("keras_hub")
+    import tensorflow as tf
+
+    ids = random_batch(n=2000)
+    max_masks = mlm.default_max_masks(ids.shape[1])
+    ours = mlm.mask_tokens(ids, **MASKING, rng=np.random.default_rng(3))
+    tf.random.set_seed(3)
+    theirs = keras_hub.layers.MaskedLMMaskGenerator(
+        MASKING["vocabulary_size"], 0.15, MASKING["mask_id"], mask_selection_length=max_masks,
+        unselectable_token_ids=list(range(MASKING["num_special"])))(tf.constant(ids))
+    theirs = [np.asarray(theirs[k]) for k in ("token_ids", "mask_positions", "mask_ids", "mask_weights")]
+
+    def summary(masked, positions, labels, weights):
+        real = weights > 0
+        rows = np.nonzero(real)[0]
+        new = masked[rows, positions[real]]
+        assert np.all(ids[rows, positions[real]] >= MASKING["num_special"])  # never a special token
+        np.testing.assert_array_equal(labels[real], ids[rows, positions[real]])
+        return np.array([real.sum() / (ids >= MASKING["num_special"]).sum(),  # selection rate
+                         np.mean(new == MASKING["mask_id"]),  # -> [MASK]
+                         np.mean(new == labels[real])])  # unchanged
+
+    np.testing.assert_allclose(summary(*ours), summary(*theirs), atol=0.02)
+
+
 def test_masking_is_deterministic_and_handles_edge_rows():
     ids = random_batch(n=50, seed=3)
     a = mlm.mask_tokens(ids, **MASKING, rng=np.random.default_rng(7))

@@ -13,6 +13,7 @@ import pytest
 
 from kformer import models
 from recipes import pretrain_mini_bert, train_gpt, train_translator, train_vit
+from tests.helpers import assert_figures
 
 COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
 
@@ -31,6 +32,7 @@ def test_translator_recipe(tmp_path):
     assert model.encoder_embedding.vocabulary_size == model.preprocessor.source_tokenizer.vocabulary_size
     assert isinstance(model.translate("How are you?", max_length=4), str)
     assert (run_dir / "saved_model.pb").is_file()
+    assert_figures(run_dir, min_pixels=(100, 300))  # cross-attention of a short translation: wide, low
 
 
 @pytest.mark.parametrize("dataset, preset", [
@@ -49,6 +51,7 @@ def test_vit_recipe(tmp_path, dataset, preset):
     assert model.predict(np.zeros((2, 50, 40, 3), "uint8"), verbose=0).shape == (2, 10)  # any size
     assert len(model.predict_labels([np.zeros((20, 20, 1), "uint8")])) == 1
     assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist")
+    assert_figures(run_dir)  # attention.png: class-token attention rollout over the image
 
 
 @pytest.mark.only_backend("torch")
@@ -67,6 +70,8 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert classifier.predict_labels(["A fine film."])[0] in ("negative", "positive")
     assert (clf_dir / "pretrain" / "training_log.csv").is_file()
     assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
+    assert_figures(mlm_dir)  # pretraining curves (MLM and NSP) and attention on a masked sentence
+    assert_figures(clf_dir)  # fine-tuning curves
 
 
 # Bad flags: one table for every recipe in tests/reliability/test_recipe_flags.py.
@@ -88,3 +93,4 @@ def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     assert model.token_embedding.vocabulary_size == model.preprocessor.tokenizer.vocabulary_size
     assert model.generate("The movie was", max_length=8).startswith("the movie was")
     assert (run_dir / "saved_model.pb").is_file()
+    assert_figures(run_dir)

@@ -11,6 +11,7 @@ import pytest
 
 from kformer import models
 from recipes import train_imdb
+from tests.helpers import assert_figures
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
@@ -40,9 +41,12 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
     facts = json.loads((first / "assets.extra" / "model_card.json").read_text())
     assert facts["parameters"] == model.count_params() and facts["task_type"] == "text_classification"
     assert not (tmp_path / "imdb_tiny" / "_training").exists()
+    assert_figures(first)  # curves.png and attention.png, shown in the card
+    assert set(facts["figures"]) == {"curves.png", "attention.png"}
     before = (first / "model.keras").read_bytes()
-    second = train_imdb.main(flags + ["--no-export"])
+    second = train_imdb.main(flags + ["--no-export", "--no-plots"])
     assert second == tmp_path / "imdb_tiny" / "2"
+    assert not list(second.glob("*.png")) and ".png)" not in (second / "README.md").read_text()
     assert (first / "model.keras").read_bytes() == before
     assert not list((tmp_path / "imdb_tiny").glob(".tmp-*"))
 
