@@ -15,16 +15,21 @@ accuracy) and `<output-dir>/<preset>_imdb/<version>/` (the fine-tuned classifier
 raw text in, `label` / `probabilities` out, with its test accuracy).
 """
 
+import json
+import os
+import pathlib
 import time
 
 import keras
 
-from kformer import models
+from kformer import models, viz
 from kformer.data import mlm
 from kformer.data.preprocessors import BertPreprocessor
 from recipes import common
 
 CLASS_NAMES = ["negative", "positive"]
+ATTENTION_EXAMPLES = {"pretrain": "This movie was [MASK], and the acting was great.",
+                      "finetune": "A wonderful, moving film, though the ending drags a little."}
 LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): a movie-review vocabulary.",
           "With a short pretraining budget it may not beat training from scratch (docs/RESULTS.md).",
           "Inputs are cut to --sequence-length tokens."]
@@ -73,7 +78,9 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         model.load_weights(pretrained_path)
     else:
         common.fit(model, train_ds, val_ds, args, args.epochs, work_dir / "pretrain", "val_loss")
-        model.save_weights(pretrained_path)
+        tmp = pretrained_path.with_name(".tmp-" + pretrained_path.name)  # a kill mid-write must not
+        model.save_weights(tmp)                                            # leave a truncated file
+        os.replace(tmp, pretrained_path)
     results = model.evaluate(val_ds, verbose=0, return_dict=True)
     metrics = {"masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"]),
                "next_sentence_accuracy": float(results["nsp_logits_sparse_categorical_accuracy"]),
@@ -134,15 +141,23 @@ def main(argv=None):
               "vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
               "class_names": CLASS_NAMES}
 
-    def writer(model, metrics, name):
+    def writer(model, metrics, name, stage):
         card = dict(recipe="pretrain_mini_bert", dataset="IMDB reviews", limits=LIMITS)
-        return common.version_writer(model, args, name=name, config=config, metrics=metrics, card=card)
+        return common.version_writer(
+            model, args, name=name, config=config, metrics=metrics, card=card,
+            log=work_dir / stage / "training_log.csv",
+            attention=lambda: viz.plot_attention(model, [ATTENTION_EXAMPLES[stage]], layer=-1))
 
-    mlm_dir = common.write_new_version(
-        f"{args.output_dir}/{args.preset}_mlm",
-        writer(mlm_model, mlm_metrics, f"{args.preset}_mlm"))
+    written = work_dir / "mlm_version.json"  # a rerun after a kill past this point reuses the version
+    if written.is_file() and pathlib.Path(json.loads(written.read_text())["path"]).is_dir():
+        mlm_dir = pathlib.Path(json.loads(written.read_text())["path"])
+    else:
+        mlm_dir = common.write_new_version(
+            f"{args.output_dir}/{args.preset}_mlm",
+            writer(mlm_model, mlm_metrics, f"{args.preset}_mlm", "pretrain"))
+        common.write_json(written, {"path": str(mlm_dir)})
     clf_dir = common.finish(args, f"{args.preset}_imdb", work_dir,
-                            writer(classifier, clf_metrics, f"{args.preset}_imdb"))
+                            writer(classifier, clf_metrics, f"{args.preset}_imdb", "finetune"))
     print(f"saved: {mlm_dir} (fill_mask) and {clf_dir} (classifier)")
     return mlm_dir, clf_dir
 

@@ -3,7 +3,7 @@
 import keras
 
 from kformer.layers.attention import MultiHeadAttention
-from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
+from kformer.layers.checks import check_positive_floats, check_positive_ints, check_rates, clone_initializer
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.moe import MixtureOfExperts
 
@@ -52,7 +52,8 @@ class TransformerBlock(keras.layers.Layer):
         super().__init__(**kwargs)
         check_positive_ints(num_heads=num_heads, intermediate_dim=intermediate_dim)
         check_rates(dropout=dropout, attention_dropout=attention_dropout)
-        if not isinstance(num_experts, int) or num_experts < 0:
+        check_positive_floats(layer_norm_epsilon=layer_norm_epsilon)
+        if not isinstance(num_experts, int) or isinstance(num_experts, bool) or num_experts < 0:
             raise ValueError(f"`num_experts` must be an int >= 0. Received: num_experts={num_experts}")
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim

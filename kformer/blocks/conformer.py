@@ -3,7 +3,7 @@ for Speech Recognition", section 2 and Figure 1)."""
 
 import keras
 
-from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+from kformer.layers.checks import check_positive_floats, check_positive_ints, check_rank, check_rates, clone_initializer
 from kformer.layers.convolution import ConformerConvolution
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.relative_attention import RelativeMultiHeadAttention
@@ -76,6 +76,7 @@ class ConformerBlock(keras.layers.Layer):
         if intermediate_dim is not None:
             check_positive_ints(intermediate_dim=intermediate_dim)
         check_rates(dropout=dropout, attention_dropout=attention_dropout)
+        check_positive_floats(layer_norm_epsilon=layer_norm_epsilon)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.kernel_size = kernel_size

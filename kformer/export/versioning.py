@@ -3,6 +3,7 @@
 import os
 import pathlib
 import shutil
+import socket
 import tempfile
 
 
@@ -27,12 +28,45 @@ def next_version(base_dir):
     return max(versions, default=0) + 1
 
 
+def _tmp_prefix():
+    """`.tmp-<host>-`: a writer's temporary folder is `.tmp-<host>-<pid>-<random>`."""
+    return f".tmp-{socket.gethostname().replace('-', '_')}-"
+
+
+def remove_abandoned_writes(base_dir):
+    """Delete the temporary folders that killed writers on this host left in `base_dir`.
+
+    A writer that dies (SIGKILL, power loss) before its rename leaves
+    `.tmp-<host>-<pid>-*`; the folder is removed once no process `<pid>`
+    runs. Other hosts' folders (a shared file system) are left alone.
+    Returns the removed paths.
+    """
+    removed = []
+    for path in pathlib.Path(base_dir).glob(f"{_tmp_prefix()}*"):
+        pid = path.name[len(_tmp_prefix()):].split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 def write_new_version(base_dir, write, version=None):
     """Call `write(tmp_dir)`, then rename `tmp_dir` to `base_dir/<next version>`.
 
     The version directory appears whole or not at all, and an existing
     version is never overwritten: if another writer takes the number first,
-    the next free one is used. With an explicit `version`, an existing one is
+    the next free one is used. Temporary folders of killed writers are
+    removed first (`remove_abandoned_writes`). With an explicit `version`, an existing one is
     an error. Returns the final path.
 
     Args:
@@ -57,7 +91,8 @@ def write_new_version(base_dir, write, version=None):
             raise ValueError(f"Version {version} already exists in {base_dir}; versions are never "
                              "overwritten. Pass another `version` or None for the next free one.")
     base_dir.mkdir(parents=True, exist_ok=True)
-    tmp_dir = pathlib.Path(tempfile.mkdtemp(prefix=".tmp-", dir=base_dir))
+    remove_abandoned_writes(base_dir)
+    tmp_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"{_tmp_prefix()}{os.getpid()}-", dir=base_dir))
     try:
         write(tmp_dir)
         for _ in range(100):  # other writers may take numbers first; never loop forever

@@ -1,5 +1,7 @@
 """Argument checks shared by every layer: each error names the argument and value."""
 
+import math
+
 import keras
 
 
@@ -10,11 +12,22 @@ def check_positive_ints(**values):
             raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
 
 
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_rates(**values):
-    """Raise a ValueError for the first dropout-like rate outside [0, 1)."""
+    """Raise a ValueError for the first dropout-like rate that is not a number in [0, 1)."""
     for name, value in values.items():
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value}")
+        if not _is_number(value) or not 0.0 <= value < 1.0:
+            raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+
+
+def check_positive_floats(**values):
+    """Raise a ValueError for the first argument that is not a finite number > 0 (epsilons)."""
+    for name, value in values.items():
+        if not _is_number(value) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"`{name}` must be a finite number > 0. Received: {name}={value!r}")
 
 
 def check_rank(name, shape, ranks):

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+from kformer.layers.checks import check_positive_floats, check_positive_ints, check_rank, check_rates, clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -52,6 +52,7 @@ class ConformerConvolution(keras.layers.Layer):
         super().__init__(**kwargs)
         check_positive_ints(kernel_size=kernel_size)
         check_rates(dropout=dropout)
+        check_positive_floats(layer_norm_epsilon=layer_norm_epsilon)
         self.kernel_size = kernel_size
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon

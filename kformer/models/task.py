@@ -19,6 +19,7 @@ from keras import ops
 from kformer.models.input_checks import check_model_inputs
 
 _NOT_CONFIG = ("self", "args", "kwargs", "preprocessor", "backbone")
+MODEL_ARGUMENTS = {"inputs", "outputs", "name", "trainable", "dtype"}
 
 
 class Backbone(keras.Model):
@@ -44,6 +45,14 @@ class Backbone(keras.Model):
     >>> config["width"], Doubler.from_config(config).output.shape
     (3, (None, 6))
     """
+
+    def __init__(self, *args, **kwargs):
+        unknown = sorted(set(kwargs) - MODEL_ARGUMENTS)
+        if unknown:  # keras.Model would ignore a misspelled or unsupported argument without a word
+            shown = ", ".join(f"{k}={kwargs[k]!r}" for k in unknown)
+            raise TypeError(f"{type(self).__name__} got unexpected arguments: {shown}. Expected the arguments "
+                            f"of {type(self).__name__}.__init__ or keras.Model's {sorted(MODEL_ARGUMENTS)}.")
+        super().__init__(*args, **kwargs)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}

@@ -25,6 +25,22 @@ def test_a_plain_file_named_like_a_version_is_skipped_not_looped_on(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]  # no .tmp-* left
 
 
+def test_a_killed_writers_temporary_folder_is_removed_by_the_next_write(tmp_path):
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid no longer runs
+    host = socket.gethostname().replace("-", "_")
+    abandoned = tmp_path / f".tmp-{host}-{dead.pid}-abc"
+    running = tmp_path / f".tmp-{host}-{os.getpid()}-def"  # a live writer's: kept
+    other_host = tmp_path / ".tmp-otherhost-1-ghi"  # a shared file system's other writer: kept
+    for folder in (abandoned, running, other_host):
+        folder.mkdir()
+        (folder / "saved_model.pb").write_bytes(b"half")
+    final = write_new_version(tmp_path, lambda tmp: (tmp / "model.txt").write_text("weights"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, running.name, other_host.name])
+
+
 def test_a_failed_write_leaves_no_temporary_folder(tmp_path):
     def broken(tmp):
         (tmp / "half").write_text("...")

@@ -1,0 +1,109 @@
+"""Every recipe survives SIGKILL: during training (or a backup write), then during the version write.
+
+Each recipe runs as a real process, killed twice and rerun with the same
+command: first at a seeded random moment after its first epoch backup (or in
+the middle of a backup write, when the poll catches one), then while it writes
+its version folder (the SavedModel export and the rest, in `.tmp-*`). The
+third run must finish with exit 0, and the output must hold whole versions
+only: no partial version, no temporary folder, no `_training` left. Each
+recipe runs on one backend, spread over the three (the mechanisms are tested
+on every backend in test_versions_and_backups.py).
+"""
+
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TINY = ["--max-examples=64", "--epochs=3", "--verbose=2"]
+WORDS = "--vocabulary-size=300"
+RECIPES = {  # name: (module, flags, version folders it writes)
+    "imdb": ("train_imdb", [WORDS, "--preset=imdb_tiny", "--sequence-length=32"], ["imdb_tiny"]),
+    "translator": ("train_translator", [WORDS, "--preset=transformer_tiny", "--sequence-length=16",
+                                        "--batch-size=16"], ["transformer_tiny_spa-eng"]),
+    "bert": ("pretrain_mini_bert", [WORDS, "--sequence-length=32", "--batch-size=16", "--finetune-epochs=2"],
+             ["bert_tiny_mlm", "bert_tiny_imdb"]),
+    "vit": ("train_vit", ["--batch-size=32", "--no-export"], ["vit_tiny_mnist"]),  # killed in model.keras, plots
+    "gpt": ("train_gpt", [WORDS, "--sequence-length=32", "--sample-length=12", "--batch-size=16", "--no-export"],
+            ["gpt_tiny"]),  # its decoding export is slow; killed in model.keras and plots
+}
+RECIPES_BY_BASE = {base: flags for _, flags, bases in RECIPES.values() for base in bases}
+VERSION_FILES = ("model.keras", "config.json", "metrics.json", "README.md", "saved_model.pb")  # last: export
+
+
+def run(command, log, kill_when=None, timeout=600):
+    """Run `command`; SIGKILL it as soon as `kill_when()` is true. Returns (exit status, killed)."""
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if kill_when is not None and kill_when():
+                process.send_signal(signal.SIGKILL)
+                return process.wait(), True
+            time.sleep(0.005)
+        if process.poll() is None:
+            process.kill()
+            pytest.fail(f"{command} ran past {timeout} s")
+    return process.returncode, False
+
+
+def after_first_backup(output, seed):
+    """True in a backup write (`.tmp-epoch-*`), or a seeded random 0-1.5 s after epoch 1's backup."""
+    delay, seen = random.Random(seed).uniform(0.0, 1.5), []
+
+    def kill_when():
+        if any(output.glob("*/_training/**/backup/.tmp-epoch-*")):
+            return True
+        if not seen and any(output.glob("*/_training/**/backup/epoch-1")):
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() - seen[0] >= delay
+    return kill_when
+
+
+def in_version_write(output):
+    return lambda: any(output.glob("*/.tmp-*"))
+
+
+def assert_whole_versions_only(output, bases):
+    """Every numbered folder is a complete version (a killed write may leave only `.tmp-*`)."""
+    for base in bases:
+        for version in (output / base).glob("[0-9]*"):
+            exported = "--no-export" not in RECIPES_BY_BASE[base]
+            missing = [name for name in VERSION_FILES[:None if exported else -1] if not (version / name).is_file()]
+            assert not missing, f"partial version {version}: no {missing}"
+
+
+@pytest.mark.parametrize("recipe", [
+    pytest.param("imdb", marks=pytest.mark.only_backend("jax")),
+    pytest.param("translator", marks=pytest.mark.only_backend("tensorflow")),
+    pytest.param("bert", marks=pytest.mark.only_backend("torch")),
+    pytest.param("vit", marks=pytest.mark.only_backend("torch")),
+    pytest.param("gpt", marks=pytest.mark.only_backend("tensorflow")),
+])
+def test_recipe_killed_twice_then_rerun_finishes_with_whole_versions(tmp_path, recipe):
+    module, flags, bases = RECIPES[recipe]
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", f"recipes.{module}", *TINY, *flags, f"--output-dir={output}"]
+    log = tmp_path / "log.txt"
+
+    status, killed = run(command, log, after_first_backup(output, seed=recipe))
+    assert killed, f"the run ended ({status}) before it could be killed in training:\n{log.read_text()[-3000:]}"
+    assert_whole_versions_only(output, bases)
+
+    status, killed = run(command, log, in_version_write(output))
+    assert killed, f"the rerun ended ({status}) before its version write:\n{log.read_text()[-3000:]}"
+    assert_whole_versions_only(output, bases)
+    assert list(output.glob("*/.tmp-*")), "the kill came after the version write"
+
+    status, killed = run(command, log)
+    assert status == 0, log.read_text()[-3000:]
+    assert_whole_versions_only(output, bases)
+    for base in bases:
+        assert sorted(p.name for p in (output / base).iterdir()) == ["1"], os.listdir(output / base)
+    assert not list(output.rglob("_training")) and not list(output.rglob(".tmp-*"))  # the rerun removed them
