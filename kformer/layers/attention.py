@@ -220,6 +220,7 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"key.shape={tuple(key.shape)}, value.shape={tuple(value.shape)}"
                 )
         key = value if key is None else key
+        _check_shapes_agree(query, key, attention_mask, cache)
         if key_mask is None or key is value:
             key_mask = None
         if cache is not None and value is not None:
@@ -364,3 +365,24 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _check_shapes_agree(query, key, attention_mask, cache):
+    """ValueError naming the tensors when known (static or eager) batch or length dimensions disagree.
+
+    `attention_mask` is `(batch, q_len, k_len)`, each dimension equal to the
+    query's/key's or 1 (broadcast); with a cache, `k_len` is the cache length.
+    """
+    q_shape = tuple(query.shape)
+    k_shape = None if key is None else tuple(key.shape)
+    if k_shape is not None and None not in (q_shape[0], k_shape[0]) and q_shape[0] != k_shape[0]:
+        raise ValueError("`query` and `value`/`key` must have the same batch size. Received: "
+                         f"query.shape={q_shape}, value.shape={k_shape}")
+    if attention_mask is None:
+        return
+    k_len = cache.shape[2] if cache is not None else (None if k_shape is None else k_shape[1])
+    expected = (q_shape[0], q_shape[1], k_len)
+    m_shape = tuple(attention_mask.shape)
+    if any(m not in (None, 1) and e is not None and m != e for m, e in zip(m_shape, expected)):
+        raise ValueError("`attention_mask` must be (batch, query length, key length) = "
+                         f"{expected} (or 1 to broadcast). Received: attention_mask.shape={m_shape}")

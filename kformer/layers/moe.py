@@ -160,6 +160,8 @@ class MixtureOfExperts(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
             )
+        if inputs.shape[1] == 0:  # an empty sequence: no token to route, nothing to compute
+            return ops.zeros_like(inputs)
         padding_mask = mask if padding_mask is None else padding_mask
         routing = self.route(inputs, padding_mask)
         if self.aux_loss_weight:

@@ -71,3 +71,15 @@ def test_clear_errors(tmp_path):
         WordPieceTokenizer.learn([], 100)
     with pytest.raises(ValueError, match="vocabulary_size"):
         WordPieceTokenizer.learn(["some text"], 5)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"[PAD]\n[UNK]\n\nfoo\n", "blank lines \\(line 3\\)"),
+    (b"[PAD]\n[UNK]\n\xff\xfe\n", "not UTF-8"),
+], ids=["blank line", "non-UTF-8 bytes"])
+def test_a_bad_vocabulary_file_is_refused_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "vocabulary.txt"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as error:
+        WordPieceTokenizer.load(path)
+    assert str(path) in str(error.value)
