@@ -149,9 +149,8 @@ def main(argv=None):
             attention=lambda: viz.plot_attention(model, [ATTENTION_EXAMPLES[stage]], layer=-1))
 
     written = work_dir / "mlm_version.json"  # a rerun after a kill past this point reuses the version
-    if written.is_file() and pathlib.Path(json.loads(written.read_text())["path"]).is_dir():
-        mlm_dir = pathlib.Path(json.loads(written.read_text())["path"])
-    else:
+    mlm_dir = pathlib.Path(json.loads(written.read_text())["path"]) if written.is_file() else None
+    if mlm_dir is None or not mlm_dir.is_dir():
         mlm_dir = common.write_new_version(
             f"{args.output_dir}/{args.preset}_mlm",
             writer(mlm_model, mlm_metrics, f"{args.preset}_mlm", "pretrain"))

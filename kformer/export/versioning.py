@@ -41,9 +41,9 @@ def remove_abandoned_writes(base_dir):
     runs. Other hosts' folders (a shared file system) are left alone.
     Returns the removed paths.
     """
-    removed = []
-    for path in pathlib.Path(base_dir).glob(f"{_tmp_prefix()}*"):
-        pid = path.name[len(_tmp_prefix()):].split("-", 1)[0]
+    removed, prefix = [], _tmp_prefix()
+    for path in pathlib.Path(base_dir).glob(f"{prefix}*"):
+        pid = path.name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
