@@ -4,6 +4,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Property tests (tests/reliability/test_properties.py): the same examples every run, no example
+# database written, no per-example deadline (a first call compiles); each test bounds max_examples.
+settings.register_profile("kformer", derandomize=True, database=None, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.differing_executors])
+settings.load_profile("kformer")
 
 
 def pytest_report_header(config):

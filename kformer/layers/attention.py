@@ -10,6 +10,17 @@ from kformer.layers.checks import check_positive_ints, check_rank, check_rates, 
 from kformer.layers.position import RotaryEmbedding
 
 
+def _fused_supports(dtype):
+    """False where `ops.dot_product_attention` cannot run `dtype`: float16 on a JAX CPU.
+
+    JAX's XLA attention multiplies float16 into float32 logits, a dot that
+    XLA's CPU backend does not implement ("F16_F16_F32 is not supported").
+    """
+    if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
+        return True
+    return not keras.distribution.list_devices()[0].lower().startswith("cpu")
+
+
 @keras.saving.register_keras_serializable(package="kformer")
 class MultiHeadAttention(keras.layers.Layer):
     """softmax(Q K^T / sqrt(key_dim)) V per head, heads concatenated and projected.
@@ -20,7 +31,8 @@ class MultiHeadAttention(keras.layers.Layer):
     between the two with `set_weights(get_weights())`. Without attention
     scores or attention dropout the fused `ops.dot_product_attention` runs
     (flash attention on GPUs); otherwise an explicit softmax path gives the
-    same numbers.
+    same numbers (it also serves float16 on a JAX CPU, where the fused path
+    fails to compile).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -146,6 +158,17 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build((None, None, self.num_heads, self.value_dim))
         self.built = True
 
+    def _check_widths(self, **tensors):
+        """ValueError naming the tensor whose last dimension is not the width its projection was built for."""
+        for name, tensor in tensors.items():
+            dense = getattr(self, f"{name}_dense")
+            if tensor is None or not dense.built:
+                continue
+            width, got = dense.kernel.shape[0], tuple(tensor.shape)
+            if len(got) != 3 or got[-1] not in (None, width):
+                raise ValueError(f"`{name}` must be (batch, length, {width}): this layer was built for width "
+                                 f"{width}. Received: {name}.shape={got}")
+
     def compute_cache(self, value, key=None):
         """Project keys and values once: `(batch, 2, k_len, num_heads, key_dim)`.
 
@@ -221,6 +244,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
         key = value if key is None else key
         _check_shapes_agree(query, key, attention_mask, cache)
+        self._check_widths(query=query, key=key, value=value)
         if key_mask is None or key is value:
             key_mask = None
         if cache is not None and value is not None:
@@ -313,7 +337,7 @@ class MultiHeadAttention(keras.layers.Layer):
         scale = 1.0 / math.sqrt(self.key_dim)
         use_dropout = self.dropout > 0 and training
         if not return_scores and not use_dropout:
-            if self.key_dim != self.value_dim:
+            if self.key_dim != self.value_dim or not _fused_supports(q.dtype):
                 return self._explicit(q, k, v, mask, scale, training)[0], None
             output = ops.dot_product_attention(
                 q, k, v, mask=None if mask is None else mask[:, None], scale=scale

@@ -246,6 +246,10 @@ def _is_int(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+_USED_BY = {"greedy": (), "beam": ("num_beams", "length_penalty"), "top_k": ("k", "temperature"),
+            "top_p": ("p", "temperature")}
+
+
 def _check(decoder, ids, c):
     """Validate every argument (naming it); returns the loop's config."""
     translator = decoder.family == "translator"
@@ -297,6 +301,9 @@ def _check(decoder, ids, c):
         raise ValueError(f"`num_beams` must be <= the vocabulary size {decoder.vocabulary_size}. "
                          f"Received: num_beams={c['num_beams']}")
     c["use_cache"] = bool(c["use_cache"])
+    for key in ("num_beams", "length_penalty", "k", "p", "temperature"):
+        if key not in _USED_BY[c["strategy"]]:
+            c[key] = None  # one compiled loop per setting that matters (greedy ignores temperature)
     return {key: (float(v) if isinstance(v, (float, np.floating)) else int(v) if _is_int(v) else v)
             for key, v in c.items()}
 
@@ -304,10 +311,10 @@ def _check(decoder, ids, c):
 def _check_prompts(ids, max_length):
     lengths = (ids != 0).sum(axis=1)
     if (lengths == 0).any():
-        raise ValueError(f"Every prompt needs at least one token. Received: empty prompt in row "
+        raise ValueError(f"`token_ids`: every prompt needs at least one token. Received: empty prompt in row "
                          f"{int(np.flatnonzero(lengths == 0)[0])}")
     if ids.shape[1] > 1 and ((ids[:, 1:] != 0) & (ids[:, :-1] == 0)).any():
-        raise ValueError("Prompts must be right-padded (0 after the tokens, never before). Received: "
+        raise ValueError("`token_ids`: prompts must be right-padded (0 after the tokens, never before). Received: "
                          f"a 0 before a token in row {int(np.flatnonzero(((ids[:, 1:] != 0) & (ids[:, :-1] == 0)).any(1))[0])}")
     if ids.shape[1] > max_length:
         raise ValueError(f"`max_length` ({max_length}) must be at least the prompt length. Received: "
