@@ -80,6 +80,9 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
                    help="XLA (TF/JAX) or torch.compile; auto = Keras's choice")
     p.add_argument("--distribute", action="store_true",
                    help="data parallel over every local device (JAX DataParallel, TF MirroredStrategy)")
+    p.add_argument("--model-parallel", type=positive_int, default=1, metavar="N",
+                   help="JAX: split each model's weights over N devices (models.layout_map, Megatron-style); "
+                        "the batch is split over the rest")
     p.add_argument("--patience", type=positive_int, default=3, help="EarlyStopping patience (epochs)")
     p.add_argument("--no-export", action="store_true", help="skip the TF Serving SavedModel")
     p.add_argument("--no-plots", action="store_true",
@@ -103,9 +106,31 @@ def parse_args(parser, argv):
     if args.distribute and keras.backend.backend() not in ("jax", "tensorflow"):
         parser.error(f"--distribute supports KERAS_BACKEND=jax or tensorflow, got "
                      f"{keras.backend.backend()} (for torch, launch with torchrun and DDP)")
+    if args.model_parallel > 1:
+        _check_model_parallel(parser, args)
     args.jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
     args.verbose = args.verbose if args.verbose == "auto" else int(args.verbose)
     return args
+
+
+def _check_model_parallel(parser, args):
+    n = args.model_parallel
+    if keras.backend.backend() != "jax":
+        parser.error(f"--model-parallel {n} needs KERAS_BACKEND=jax (keras.distribution.ModelParallel), got "
+                     f"{keras.backend.backend()}")
+    devices = len(_devices())
+    if devices % n:
+        parser.error(f"--model-parallel {n} must divide the {devices} local devices")
+    try:
+        models.layout_map(args.preset, _mesh(n))
+    except ValueError as error:
+        parser.error(f"--model-parallel {n}: {error}")
+
+
+def _mesh(model_parallel):
+    devices = keras.distribution.list_devices()
+    return keras.distribution.DeviceMesh((len(devices) // model_parallel, model_parallel), ["batch", "model"],
+                                         devices)
 
 
 def _check_output_dir(parser, output_dir):
@@ -125,6 +150,12 @@ def setup(args):
         keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")
     print(f"backend={keras.backend.backend()} devices={_devices()} "
           f"policy={keras.mixed_precision.global_policy().name}", flush=True)
+    if args.model_parallel > 1:
+        layout = models.layout_map(args.preset, _mesh(args.model_parallel))
+        keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout,
+                                                                             batch_dim_name="batch"))
+        print(f"ModelParallel: mesh {layout.device_mesh.shape} (batch, model)", flush=True)
+        return contextlib.nullcontext()
     if not args.distribute:
         return contextlib.nullcontext()
     if keras.backend.backend() == "jax":

@@ -4,7 +4,8 @@
 `kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
 `TextClassifier`, `BertBackbone` and its `BertPretrainer` /
 `BertTextClassifier`, `ViTImageClassifier`, `CausalLM`, `ConformerEncoder`); `list_models()` names every
-preset; `load(path)` reads a recipe's output back.
+preset; `load(path)` reads a recipe's output back; `layout_map(...)` shards a
+model's weights for `keras.distribution.ModelParallel`.
 """
 
 from kformer.models.bert import (
@@ -20,6 +21,7 @@ from kformer.models.conformer import ConformerEncoder, conformer_encoder
 from kformer.models.generate import generate
 from kformer.models.gpt import CausalLM, causal_lm
 from kformer.models.load import load
+from kformer.models.parallel import layout_map
 from kformer.models.registry import build, builder, get_preset, list_models, register
 from kformer.models.task import Backbone, ClassifierTask, Task
 from kformer.models.training import LabelSmoothedCrossEntropy, TransformerSchedule
@@ -47,6 +49,7 @@ __all__ = [
     "generate",
     "get_preset",
     "imdb_classifier",
+    "layout_map",
     "list_models",
     "load",
     "mini_bert",

@@ -36,6 +36,9 @@ from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_tra
     (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
     (train_gpt, ["--sequence-length=4096"], "--sequence-length must be in [2, 128]"),
     (train_gpt, ["--preset=transformer_tiny"], "gpt_tiny"),
+    (train_gpt, ["--model-parallel=0"], "--model-parallel"),
+    # Needs JAX (TensorFlow, torch) or enough devices (JAX here has 1).
+    (train_gpt, ["--model-parallel=2"], "--model-parallel 2"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(recipe, flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
