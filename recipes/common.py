@@ -5,7 +5,9 @@ Serving plus `model.keras`, vocabularies, `config.json`, `metrics.json` and
 the training logs), atomically. While it trains, its state lives in
 `<output-dir>/<name>/_training/` (BackupAndRestore, checkpoints, TensorBoard
 logs, CSV log): rerun the same command after a crash and it resumes from the
-last finished epoch. TF Serving ignores the non-numeric `_training` folder.
+last finished epoch. Learned vocabularies (and mini-BERT's sentence pairs)
+are cached in `<output-dir>/<name>/_prepared/` (`recipes.prepared`). TF
+Serving ignores the non-numeric folders.
 """
 
 import argparse
@@ -23,7 +25,7 @@ import keras  # noqa: E402
 
 from kformer import models  # noqa: E402
 from kformer.export.versioning import write_new_version  # noqa: E402
-from recipes import model_card, plots  # noqa: E402
+from recipes import model_card, plots, prepared  # noqa: E402
 from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
 
 
@@ -206,27 +208,27 @@ def load_imdb(args, *, unlabeled=False):
     return splits
 
 
-def learn_or_load_tokenizer(path, texts, vocabulary_size):
-    """The WordPiece vocabulary at `path`, learned from `texts` on the first run.
+def learn_or_load_tokenizer(args, name, work_path, texts):
+    """The WordPiece vocabulary of `texts` (`--vocabulary-size` tokens), via the `_prepared` cache.
 
-    A resumed run reuses the vocabulary its first epochs were trained with.
+    A resumed run reuses the vocabulary its first epochs were trained with;
+    a new run on the same texts reuses the cached one (`recipes.prepared`).
     """
-    from kformer.data.wordpiece import WordPieceTokenizer
+    label = pathlib.Path(work_path).stem
+    return prepared.tokenizer(prepared.cache_dir(args.output_dir, name), label, texts, args.vocabulary_size,
+                              work_path, verbose=progress_verbosity(args))
 
-    path = pathlib.Path(path)
-    if path.is_file():
-        return WordPieceTokenizer.load(path)
-    tokenizer = WordPieceTokenizer.learn(texts, vocabulary_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(path)
-    return tokenizer
+
+def progress_verbosity(args):
+    """`--verbose` for a data-preparation `Progbar`: auto -> 1."""
+    return 1 if args.verbose == "auto" else args.verbose
 
 
 # Flags that may change between a killed run and its rerun; any other flag
 # changes what is trained, so resuming with it would mix two runs.
 MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "no_plots", "jit_compile",
                         "learning_rate", "finetune_learning_rate", "max_test_examples", "num_beams",
-                        "sample_length", "compare_scratch"}
+                        "sample_length", "compare_scratch", "no_repeat_ngram_size"}
 
 
 def training_dir(args, name):

@@ -25,7 +25,7 @@ import keras
 from kformer import models, viz
 from kformer.data import mlm
 from kformer.data.preprocessors import BertPreprocessor
-from recipes import common
+from recipes import common, prepared
 
 CLASS_NAMES = ["negative", "positive"]
 ATTENTION_EXAMPLES = {"pretrain": "This movie was [MASK], and the acting was great.",
@@ -54,7 +54,8 @@ def build_backbone(args, vocabulary_size):
 
 def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     """Pretrain (or, on a rerun after pretraining finished, reload) -> model, backbone, metrics."""
-    pairs = mlm.segment_pairs(texts, tokenizer, args.sequence_length, seed=args.seed)
+    pairs = prepared.nsp_pairs(prepared.cache_dir(args.output_dir, f"{args.preset}_mlm"), texts, tokenizer,
+                               args.sequence_length, args.seed, verbose=common.progress_verbosity(args))
     cut = len(pairs["nsp_labels"]) - max(1, len(pairs["nsp_labels"]) // 20)  # 5% held out
     train = {k: v[:cut] for k, v in pairs.items()}
     held_out = {k: v[cut:] for k, v in pairs.items()}
@@ -113,7 +114,8 @@ def main(argv=None):
         splits["train"], splits["validation"], splits["test"])
     work_dir = common.training_dir(args, f"{args.preset}_mlm")
     corpus = unlabeled + train_texts  # never the validation or test reviews
-    tokenizer = common.learn_or_load_tokenizer(work_dir / "vocabulary.txt", corpus, args.vocabulary_size)
+    tokenizer = common.learn_or_load_tokenizer(args, f"{args.preset}_mlm", work_dir / "vocabulary.txt",
+                                             corpus)
 
     pretrained_path = work_dir / "pretrained.weights.h5"
     mlm_model, backbone, mlm_metrics = pretrain(args, tokenizer, corpus, work_dir, scope, pretrained_path)

@@ -22,8 +22,9 @@ import keras
 import numpy as np
 
 from kformer import models, viz
+from kformer.data import lm
 from kformer.data.preprocessors import CausalLMPreprocessor
-from recipes import common
+from recipes import common, prepared
 
 LIMITS = ["A tiny language model of movie reviews: fluent-looking but often meaningless text.",
           "It repeats what reviews say, biases included; do not use it for anything that matters.",
@@ -67,11 +68,13 @@ def main(argv=None):
         common.fail(err)
     train_texts, val_texts = split_reviews(texts, args.seed)
     work_dir = common.training_dir(args, args.preset)
-    tokenizer = common.learn_or_load_tokenizer(work_dir / "vocabulary.txt", train_texts, args.vocabulary_size)
+    tokenizer = common.learn_or_load_tokenizer(args, args.preset, work_dir / "vocabulary.txt", train_texts)
     preprocessor = CausalLMPreprocessor(tokenizer, args.sequence_length)
+    cache, verbose = prepared.cache_dir(args.output_dir, args.preset), common.progress_verbosity(args)
     try:
-        train_ds = preprocessor.dataset(train_texts, batch_size=args.batch_size, shuffle=True, seed=args.seed)
-        val_ds = preprocessor.dataset(val_texts, batch_size=args.batch_size)
+        train_ds = lm.windows_dataset(prepared.lm_windows(cache, train_texts, preprocessor, verbose),
+                                      args.batch_size, shuffle=True, seed=args.seed)
+        val_ds = lm.windows_dataset(prepared.lm_windows(cache, val_texts, preprocessor, verbose), args.batch_size)
     except ValueError as err:  # too little text for one window
         common.fail(err)
     steps = int(train_ds.cardinality()) * args.epochs

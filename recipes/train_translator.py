@@ -4,12 +4,15 @@
     python -m recipes.train_translator --data-dir DATA --epochs 10
     python -m recipes.train_translator --dataset multi30k --data-dir DATA
     python -m recipes.train_translator --epochs 1 --max-examples 256  # quick smoke run
+    python -m recipes.train_translator --data-dir DATA --split-by source --no-repeat-ngram-size 3
 
 The paper's recipe: warmup then inverse-square-root learning rate (peak
 `--learning-rate` after `--warmup-steps`), label smoothing 0.1, Adam(0.9,
 0.98, 1e-9). One WordPiece vocabulary per language, learned from the training
 split. Test BLEU and chrF come from sacrebleu on detokenized text; the
-vocabularies are lower-cased, so BLEU is case-insensitive (`lowercase=True`).
+vocabularies are lower-cased, so BLEU is case-insensitive (`lowercase=True`);
+BLEU is also reported on the test pairs whose English sentence is not in
+train (Tatoeba repeats sentences; `--split-by source` removes all of them).
 Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
 (`text` in, `translation` out; greedy by default, `translate_beam`),
 `model.keras` (the `Translator` with both vocabularies:
@@ -18,6 +21,7 @@ Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
 """
 
 import math
+import pathlib
 import time
 
 import keras
@@ -43,8 +47,18 @@ def parse_args(argv=None):
                    help="default: 4000, or 10%% of the training steps if that is fewer")
     p.add_argument("--num-beams", type=common.bounded(int, 1, 64), default=1,
                    help="beam width for the test translations (1 = greedy)")
+    p.add_argument("--no-repeat-ngram-size", type=common.bounded(int, 0, 16), default=0,
+                   help="never repeat an n-gram in a translation (test and export; 0 = off)")
+    p.add_argument("--split-by", choices=translation.SPLIT_BY, default="pair",
+                   help="spa-eng: split the pairs, or the distinct English sentences (full file only)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
-    return common.parse_args(p, argv)
+    args = common.parse_args(p, argv)
+    if args.split_by == "source":
+        full = pathlib.Path(args.data_dir or translation.BUNDLED_DATA_DIR) / "spa-eng" / "spa.txt.gz"
+        if args.dataset != "spa-eng" or not full.is_file():
+            p.error(f"--split-by source needs --dataset spa-eng and the full {full} (the bundled "
+                    "sample follows the pair split); pass --data-dir")
+    return args
 
 
 def attention_example(sources, words=8):
@@ -56,16 +70,17 @@ def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
     try:
-        sources, targets = translation.load_split("train", args.dataset, args.data_dir, args.max_examples)
-        val = translation.load_split("validation", args.dataset, args.data_dir, args.max_examples)
+        sources, targets = translation.load_split("train", args.dataset, args.data_dir, args.max_examples,
+                                                  args.split_by)
+        val = translation.load_split("validation", args.dataset, args.data_dir, args.max_examples, args.split_by)
         test_sources, test_targets = translation.load_split(
-            "test", args.dataset, args.data_dir, args.max_test_examples or args.max_examples)
+            "test", args.dataset, args.data_dir, args.max_test_examples or args.max_examples, args.split_by)
     except ValueError as err:
         common.fail(err)
     name = f"{args.preset}_{args.dataset}"
     work_dir = common.training_dir(args, name)
-    source_tokenizer = common.learn_or_load_tokenizer(work_dir / "source_vocabulary.txt", sources, args.vocabulary_size)
-    target_tokenizer = common.learn_or_load_tokenizer(work_dir / "target_vocabulary.txt", targets, args.vocabulary_size)
+    source_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "source_vocabulary.txt", sources)
+    target_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "target_vocabulary.txt", targets)
     preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length)
     train_ds = preprocessor.dataset(sources, targets, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     val_ds = preprocessor.dataset(*val, batch_size=args.batch_size)
@@ -92,11 +107,17 @@ def main(argv=None):
 
     start = time.time()
     hypotheses = model.translate(test_sources, strategy="beam" if args.num_beams > 1 else "greedy",
-                                 num_beams=args.num_beams)
+                                 num_beams=args.num_beams, no_repeat_ngram_size=args.no_repeat_ngram_size)
     bleu = sacrebleu.corpus_bleu(hypotheses, [test_targets], lowercase=True)
     chrf = sacrebleu.corpus_chrf(hypotheses, [[t.lower() for t in test_targets]])
+    seen = set(sources)
+    unseen = [i for i, s in enumerate(test_sources) if s not in seen]  # test sentences never trained on
+    unseen_bleu = round(sacrebleu.corpus_bleu([hypotheses[i] for i in unseen], [[test_targets[i] for i in unseen]],
+                                              lowercase=True).score, 2) if unseen else None
     metrics = {
         "test_bleu": round(bleu.score, 2), "test_chrf": round(chrf.score, 2),
+        "test_bleu_unseen_sources": unseen_bleu, "test_unseen_sources": len(unseen),
+        "split_by": args.split_by, "no_repeat_ngram_size": args.no_repeat_ngram_size,
         "bleu_signature": str(bleu.format(signature=True)).split(" = ")[0] + " (lowercase)",
         "test_examples": len(test_sources), "train_examples": len(sources), "epochs": args.epochs,
         "num_beams": args.num_beams, "train_seconds": round(train_seconds, 1),
@@ -104,18 +125,20 @@ def main(argv=None):
         "samples": [{"source": s, "reference": r, "translation": h}
                     for s, r, h in list(zip(test_sources, test_targets, hypotheses))[:8]],
     }
-    if not all(math.isfinite(v) for v in (bleu.score, chrf.score)):
+    if not all(math.isfinite(v) for v in (bleu.score, chrf.score)) or not math.isfinite(unseen_bleu or 0):
         common.fail(f"non-finite scores: {metrics}")
 
     card = dict(recipe="train_translator", dataset=args.dataset, limits=LIMITS)
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
-        export_options={"num_beams": max(4, args.num_beams)}, log=work_dir / "training_log.csv",
+        export_options={"num_beams": max(4, args.num_beams), "no_repeat_ngram_size": args.no_repeat_ngram_size},
+        log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_attention(model, [attention_example(test_sources)], layer=-1,
                                              attention="cross")))
     for sample in metrics["samples"][:3]:
         print(f"  {sample['source']!r} -> {sample['translation']!r} (reference {sample['reference']!r})")
-    print(f"test BLEU {bleu.score:.2f}, chrF {chrf.score:.2f} on {len(test_sources)} pairs")
+    print(f"test BLEU {bleu.score:.2f}, chrF {chrf.score:.2f} on {len(test_sources)} pairs "
+          f"(BLEU {unseen_bleu} on the {len(unseen)} whose English sentence is not in train)")
     print(f"saved: {run_dir}")
     return run_dir
 

@@ -18,6 +18,7 @@ labels follow BERT's code: 0 = "B is the next segment", 1 = "B is random".
 
 import re
 
+import keras
 import numpy as np
 
 from kformer.data import wordpiece
@@ -40,7 +41,7 @@ def split_sentences(text):
     return [s for s in _SENTENCE_END.sub("\\1\n", text.strip()).split("\n") if s.strip()]
 
 
-def segment_pairs(texts, tokenizer, sequence_length, seed=0):
+def segment_pairs(texts, tokenizer, sequence_length, seed=0, verbose=0):
     """Next-sentence-prediction pairs `[CLS] A [SEP] B [SEP]` from whole reviews.
 
     Walking each review, A is one or more consecutive sentences (more only
@@ -58,6 +59,7 @@ def segment_pairs(texts, tokenizer, sequence_length, seed=0):
         tokenizer: `wordpiece.WordPieceTokenizer`.
         sequence_length: int. Length of each packed pair, specials included.
         seed: int. Seed of the pairing and coin flips. Defaults to `0`.
+        verbose: `0`, `1` or `2`. A `keras.utils.Progbar` over tokenization when non-zero.
 
     Returns:
         Dict of numpy arrays: `token_ids` int32 `(n, sequence_length)`, 0-padded;
@@ -74,7 +76,7 @@ def segment_pairs(texts, tokenizer, sequence_length, seed=0):
     """
     if sequence_length < 5:
         raise ValueError(f"`sequence_length` must be >= 5. Received: sequence_length={sequence_length}")
-    docs = [d for d in _tokenize_sentences(texts, tokenizer) if d]
+    docs = [d for d in _tokenize_sentences(texts, tokenizer, verbose=verbose) if d]
     if len(docs) < 2:
         raise ValueError(f"Need at least 2 non-empty texts for random pairs. Received: {len(texts)} texts")
     budget = sequence_length - 3
@@ -93,7 +95,7 @@ def segment_pairs(texts, tokenizer, sequence_length, seed=0):
     return {"token_ids": token_ids, "segment_ids": segment_ids, "nsp_labels": nsp_labels}
 
 
-def _tokenize_sentences(texts, tokenizer, chunk=1024):
+def _tokenize_sentences(texts, tokenizer, chunk=1024, verbose=0):
     """list[str] -> per text, a list of int32 arrays, one per non-empty sentence."""
     import tensorflow as tf
 
@@ -102,10 +104,13 @@ def _tokenize_sentences(texts, tokenizer, chunk=1024):
     # A traced tokenizer is about 2x faster than the eager one.
     tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
     tokens = []
+    progress = keras.utils.Progbar(len(flat), verbose=verbose, unit_name="sentence") if verbose else None
     for start in range(0, len(flat), chunk):
         ragged = tokenize(tf.constant(flat[start : start + chunk]))
         ends = np.cumsum(ragged.row_lengths().numpy())[:-1]
         tokens.extend(np.split(ragged.flat_values.numpy(), ends))
+        if progress:
+            progress.update(min(start + chunk, len(flat)))
     docs, start = [], 0
     for doc in sentences:
         docs.append([t for t in tokens[start : start + len(doc)] if len(t)])

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kformer.data.wordpiece import CLS, END, MASK, SEP, START, WordPieceTokenizer
+from kformer.data.wordpiece import CLS, END, MASK, SEP, START, WordPieceTokenizer, check_truncation
 
 _NO_AUTOTUNE = tf.data.Options()
 _NO_AUTOTUNE.autotune.enabled = False  # avoids tf.data's shutdown stall after fit
@@ -178,6 +178,9 @@ class TextClassifierPreprocessor(Preprocessor):
         tokenizer: `WordPieceTokenizer`.
         sequence_length: int. Tokens per text, special tokens included.
         prefix, suffix: optional special tokens around each text (e.g. `"[CLS]"`).
+        truncation: which tokens a long text keeps: `"head"` (the first,
+            the default), `"tail"` (the last) or `"head_tail"` (the first
+            quarter and the last three quarters of the budget).
 
     Example:
 
@@ -185,19 +188,22 @@ class TextClassifierPreprocessor(Preprocessor):
     >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["a", "fine", "film"])
     >>> TextClassifierPreprocessor(tokenizer, sequence_length=5).encode(["A fine film"]).tolist()
     [[7, 8, 9, 0, 0]]
+    >>> TextClassifierPreprocessor(tokenizer, 2, truncation="tail").encode(["A fine film"]).tolist()
+    [[8, 9]]
     """
 
-    def __init__(self, tokenizer, sequence_length, prefix=None, suffix=None, **kwargs):
+    def __init__(self, tokenizer, sequence_length, prefix=None, suffix=None, truncation="head", **kwargs):
         super().__init__(sequence_length, **kwargs)
         self.tokenizer = _tokenizer(tokenizer, "tokenizer")
         self.prefix, self.suffix = prefix, suffix
+        self.truncation = check_truncation(truncation)
 
     def inputs(self, x):
-        return self.tokenizer(x, self.sequence_length, self.prefix, self.suffix)
+        return self.tokenizer(x, self.sequence_length, self.prefix, self.suffix, self.truncation)
 
     def get_config(self):
         return {**super().get_config(), "tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
-                "prefix": self.prefix, "suffix": self.suffix}
+                "prefix": self.prefix, "suffix": self.suffix, "truncation": self.truncation}
 
     @classmethod
     def from_config(cls, config):

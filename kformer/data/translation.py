@@ -5,7 +5,12 @@ spa-eng (Tatoeba via manythings.org, English -> Spanish): the full
 has no official split, so we fix one: shuffle the line indices with
 `numpy.random.default_rng(0).permutation(n)` and take the first
 `n * 90 // 100` as train, the next `n * 5 // 100` as validation and the rest as
-test: 107,067 / 5,948 / 5,949 pairs. When `spa.txt.gz` is absent the loader
+test: 107,067 / 5,948 / 5,949 pairs. Tatoeba repeats English sentences
+(102,904 distinct in 118,964 pairs), so that split puts some test sources in
+train too; `split_by="source"` instead splits the distinct English sentences
+the same way (every pair of a sentence in one split): 107,044 / 6,011 /
+5,909 pairs, no test source seen in training (the pair split has 1,334 test
+pairs whose English sentence is also in train). When `spa.txt.gz` is absent the loader
 reads per-split samples `<data_dir>/spa-eng/{train,validation,test}.tsv.gz`
 (same line format). The repository bundles 4,000 / 500 / 500 pairs drawn from
 those full splits (data/make_spa_eng_sample.py), so a pair is in the same split
@@ -30,11 +35,12 @@ from kformer.data.files import read_gzip_lines
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 DATASETS = ("spa-eng", "multi30k")
 SPLITS = ("train", "validation", "test")
+SPLIT_BY = ("pair", "source")
 MULTI30K_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 BUCKET_WIDTH = 8  # batches are padded to multiples of 8 (and to sequence_length)
 
 
-def load_split(split, dataset="spa-eng", data_dir=None, max_examples=None):
+def load_split(split, dataset="spa-eng", data_dir=None, max_examples=None, split_by="pair"):
     """Read one split of a parallel corpus: returns (sources: list[str], targets: list[str]).
 
     Args:
@@ -45,6 +51,8 @@ def load_split(split, dataset="spa-eng", data_dir=None, max_examples=None):
             Defaults to the bundled sample directory (spa-eng only).
         max_examples: int. Keep only the first `max_examples` pairs of the
             split. Defaults to all.
+        split_by: `"pair"` (the default) or `"source"` (spa-eng's full file
+            only: no English sentence in two splits).
 
     Raises a ValueError naming the path when a file is missing or not in the
     expected format.
@@ -58,10 +66,14 @@ def load_split(split, dataset="spa-eng", data_dir=None, max_examples=None):
     check_one_of("dataset", dataset, DATASETS)
     check_one_of("split", split, SPLITS)
     check_max_examples(max_examples)
+    check_one_of("split_by", split_by, SPLIT_BY)
     root = pathlib.Path(data_dir or BUNDLED_DATA_DIR)
     if dataset == "spa-eng":
-        sources, targets = _load_spa_eng(root / "spa-eng", split)
+        sources, targets = _load_spa_eng(root / "spa-eng", split, split_by)
     else:
+        if split_by != "pair":
+            raise ValueError("`split_by='source'` is for spa-eng (Multi30k has its official splits). "
+                             f"Received: dataset={dataset!r}, split_by={split_by!r}")
         sources, targets = _load_multi30k(root / "multi30k", split)
     return sources[:max_examples], targets[:max_examples]
 
@@ -83,11 +95,40 @@ def split_indices(n):
             "test": order[validation_end:]}
 
 
-def _load_spa_eng(folder, split):
+def split_by_source(sources):
+    """Line indices per split with no source sentence in two splits: dict split -> int array.
+
+    The distinct sentences (in order of first appearance) are split as
+    `split_indices` splits lines; each line follows its sentence.
+
+    Args:
+        sources: list of str, the source sentence of each line (repeats allowed).
+
+    Example:
+
+    >>> sources = [f"sentence {i % 50}" for i in range(200)]  # 50 sentences, 4 pairs each
+    >>> rows = split_by_source(sources)
+    >>> [(len(rows[s]), len({sources[i] for i in rows[s]})) for s in SPLITS]  # (pairs, sentences)
+    [(180, 45), (8, 2), (12, 3)]
+    """
+    distinct = {s: i for i, s in enumerate(dict.fromkeys(sources))}
+    group = np.array([distinct[s] for s in sources])
+    side = np.empty(len(distinct), "int32")
+    for k, rows in enumerate(split_indices(len(distinct)).values()):
+        side[rows] = k
+    return {split: np.flatnonzero(side[group] == k) for k, split in enumerate(SPLITS)}
+
+
+def _load_spa_eng(folder, split, split_by):
     full = folder / "spa.txt.gz"
     if full.is_file():
         pairs = _read_tsv(full)
-        picked = [pairs[i] for i in split_indices(len(pairs))[split]]
+        rows = (split_indices(len(pairs)) if split_by == "pair" else split_by_source([p[0] for p in pairs]))[split]
+        picked = [pairs[i] for i in rows]
+    elif split_by == "source":
+        raise ValueError(f"`split_by='source'` needs the full {full} (the bundled samples follow the pair "
+                         "split). Pass the directory holding spa-eng/spa.txt.gz as data_dir. "
+                         f"Received: split_by={split_by!r}, data_dir={folder.parent}")
     else:
         sample = folder / f"{split}.tsv.gz"
         if not sample.is_file():

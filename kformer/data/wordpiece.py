@@ -26,6 +26,50 @@ VOCABULARY_FILE = "vocabulary.txt"
 _ENCODERS = weakref.WeakKeyDictionary()  # tokenizer -> compiled `encode` functions (not tracked)
 
 
+TRUNCATIONS = ("head", "tail", "head_tail")
+
+
+def check_truncation(truncation):
+    """Return `truncation` if it is one of `TRUNCATIONS`, else raise a `ValueError` naming it.
+
+    Args:
+        truncation: str.
+
+    Example:
+
+    >>> check_truncation("head_tail")
+    'head_tail'
+    """
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"`truncation` must be one of {TRUNCATIONS}. Received: truncation={truncation!r}")
+    return truncation
+
+
+def truncate(tokens, budget, truncation="head"):
+    """Ragged `[batch, (tokens)]` -> at most `budget` tokens a row: the head, the tail, or both.
+
+    Args:
+        tokens: int RaggedTensor `[batch, (tokens)]`.
+        budget: int >= 1, the most tokens a row keeps.
+        truncation: `"head"` (the first `budget`), `"tail"` (the last) or
+            `"head_tail"` (the first `budget // 4` and the last
+            `budget - budget // 4`, Sun et al. 2019). Defaults to `"head"`.
+
+    Example:
+
+    >>> truncate(tf.ragged.constant([[1, 2, 3, 4, 5, 6, 7, 8], [1, 2]]), 4, "head_tail").to_list()
+    [[1, 6, 7, 8], [1, 2]]
+    """
+    check_truncation(truncation)
+    if truncation == "head":
+        return tokens[:, :budget]
+    lengths = tokens.row_lengths()
+    positions = tf.ragged.range(lengths)
+    head = 0 if truncation == "tail" else budget // 4
+    tail_start = tf.expand_dims(lengths - (budget - head), 1)
+    return tf.ragged.boolean_mask(tokens, (positions < head) | (positions >= tail_start))
+
+
 def normalize(texts):
     """Lower-case and put spaces around punctuation: tf.string [...] -> same shape.
 
@@ -130,12 +174,14 @@ class WordPieceTokenizer(keras.layers.Layer):
         return self._id_to_token.lookup(tf.cast(token_ids, tf.int32))
 
     @classmethod
-    def learn(cls, texts, vocabulary_size, special_tokens=SPECIAL_TOKENS, max_words=30000):
+    def learn(cls, texts, vocabulary_size, special_tokens=SPECIAL_TOKENS, max_words=30000, verbose=0):
         """Learn a vocabulary of at most `vocabulary_size` tokens from `texts` (list of str).
 
         Uses tensorflow-text's WordPiece learner (the one behind keras-hub's
         `compute_word_piece_vocabulary`) on the `max_words` most frequent
         words, which keeps learning on 25k reviews to about a minute.
+        `verbose=1` or `2` shows a `keras.utils.Progbar` over the word count, then says when
+        the learner starts.
         """
         from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
@@ -146,10 +192,16 @@ class WordPieceTokenizer(keras.layers.Layer):
                 f"`vocabulary_size` must be an int above the {len(special_tokens)} special tokens. "
                 f"Received: vocabulary_size={vocabulary_size!r}")
         counts = collections.Counter()
+        progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
         for start in range(0, len(texts), 2000):
             words = tf.strings.split(normalize(tf.constant(texts[start:start + 2000])))
             counts.update(words.flat_values.numpy().tolist())
+            if progress:
+                progress.update(min(start + 2000, len(texts)))
         counts = {word.decode("utf-8"): n for word, n in counts.most_common(max_words)}
+        if verbose:
+            print(f"learning {vocabulary_size} word pieces from the {len(counts)} most frequent words "
+                  "(tensorflow-text's learner; no progress inside)", flush=True)
         vocabulary = learner.learn(counts, vocabulary_size, list(special_tokens),
                                    max_input_tokens=max_words, lower_thresh=1)
         return cls(vocabulary[:vocabulary_size])
@@ -230,16 +282,24 @@ class WordPieceTokenizer(keras.layers.Layer):
         ids = tf.where(failed[:, None], unk_row[None, :], ids)  # an unsplittable word is one [UNK]
         return tf.RaggedTensor.from_tensor(ids, padding=-1)
 
-    def __call__(self, texts, sequence_length, prefix=None, suffix=None):
+    def __call__(self, texts, sequence_length, prefix=None, suffix=None, truncation="head"):
         # A string op, not a Keras computation: bypass Layer.__call__ (backend conversion, masks).
-        return self.call(texts, sequence_length, prefix, suffix)
+        return self.call(texts, sequence_length, prefix, suffix, truncation)
 
-    def call(self, texts, sequence_length, prefix=None, suffix=None):
+    def call(self, texts, sequence_length, prefix=None, suffix=None, truncation="head"):
+        """tf.string `[batch]` -> int32 `[batch, sequence_length]`, 0-padded.
+
+        A text longer than the budget (`sequence_length` minus the special
+        tokens) keeps its first tokens (`truncation="head"`), its last
+        (`"tail"`), or its first quarter and last three quarters of the
+        budget (`"head_tail"`, Sun et al. 2019, "How to Fine-Tune BERT for
+        Text Classification?").
+        """
         budget = sequence_length - (prefix is not None) - (suffix is not None)
         if budget < 1:
             raise ValueError("`sequence_length` is too short for the special tokens. Received: "
                              f"sequence_length={sequence_length}, prefix={prefix!r}, suffix={suffix!r}")
-        tokens = self.tokenize(texts)[:, :budget]
+        tokens = truncate(self.tokenize(texts), budget, truncation)
         batch = tokens.nrows()
         parts = [tokens]
         if prefix is not None:
@@ -249,12 +309,12 @@ class WordPieceTokenizer(keras.layers.Layer):
         tokens = tf.concat(parts, axis=1) if len(parts) > 1 else tokens
         return tokens.to_tensor(0, shape=[None, sequence_length])
 
-    def encode(self, texts, sequence_length, prefix=None, suffix=None, chunk_size=2000):
+    def encode(self, texts, sequence_length, prefix=None, suffix=None, chunk_size=2000, truncation="head"):
         """list of str -> int32 numpy `(len(texts), sequence_length)`, tokenized in compiled chunks."""
-        key = (sequence_length, prefix, suffix)
+        key = (sequence_length, prefix, suffix, truncation)
         compiled = _ENCODERS.setdefault(self, {})
         if key not in compiled:  # one trace per setting, reused across calls
-            compiled[key] = tf.function(lambda t: self(t, sequence_length, prefix, suffix),
+            compiled[key] = tf.function(lambda t: self(t, sequence_length, prefix, suffix, truncation),
                                         input_signature=[tf.TensorSpec([None], tf.string)])
         fn = compiled[key]
         texts = list(texts)

@@ -51,7 +51,7 @@ def export_for_serving(task, export_dir, *, version=None, **options):
 
 
 def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
-                     model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0):
+                     model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=0):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
@@ -67,6 +67,9 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
         top_k: int. Fill-mask: candidates per `[MASK]`. Defaults to `5`.
         top_p, temperature: floats. Text generation: the nucleus mass and
             temperature of the `generate_sample` signature. Default `0.9`, `1.0`.
+        no_repeat_ngram_size: int. Translation and text generation: no
+            n-gram is generated twice in a row's output (`0`, the default: off;
+            see `kformer.models.generate`).
         class_names: list of str. Classifiers: the labels (default: `task.class_names`).
         model_name: str. Name in the warmup requests (default: `task.name`).
         warmup_requests: bool. Also write `assets.extra/tf_serving_warmup_requests`.
@@ -83,7 +86,7 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
     True
     """
     preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name,
-                                     top_p, temperature)
+                                     top_p, temperature, no_repeat_ngram_size)
     directory = pathlib.Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"`directory` must be an empty folder or a new path. Received: {directory} "
@@ -125,7 +128,8 @@ def default_preprocessor(task):
                      "`kformer.models.load`. Received: preprocessor=None")
 
 
-def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature):
+def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature,
+             no_repeat_ngram_size):
     task_type = getattr(task, "task_type", None)
     if task_type not in SIGNATURES:
         raise ValueError("`task` must be a kformer task model with serving signatures "
@@ -158,6 +162,12 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
             raise ValueError(f"`top_p` must be a float in (0, 1]. Received: top_p={top_p!r}")
         if not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf"):
             raise ValueError(f"`temperature` must be a finite float > 0. Received: temperature={temperature!r}")
+    if task_type in ("translation", "text_generation"):
+        if not isinstance(no_repeat_ngram_size, int) or isinstance(no_repeat_ngram_size, bool) \
+                or no_repeat_ngram_size < 0:
+            raise ValueError("`no_repeat_ngram_size` must be an int >= 0 (0 = off). Received: "
+                             f"no_repeat_ngram_size={no_repeat_ngram_size!r}")
+        options["no_repeat_ngram_size"] = no_repeat_ngram_size
     if task_type == "fill_mask":
         if not isinstance(top_k, int) or not 1 <= top_k <= preprocessor.tokenizer.vocabulary_size:
             raise ValueError(f"`top_k` must be an int in [1, {preprocessor.tokenizer.vocabulary_size}]. "

@@ -54,7 +54,8 @@ def translate(strategy):
 
         decode = decode_function(task, strategy=strategy, max_length=options["max_length"],
                                  num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
-                                 end_token_id=preprocessor.end_token_id)
+                                 end_token_id=preprocessor.end_token_id,
+                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
 
         def translate_text(text):
             source = preprocessor.inputs(text)["encoder_token_ids"]
@@ -71,7 +72,8 @@ def generate_text(strategy):
         max_length = options["max_length"]
         decode = decode_function(task, strategy=strategy, max_length=max_length,
                                  end_token_id=preprocessor.end_token_id, p=options["top_p"],
-                                 temperature=options["temperature"])
+                                 temperature=options["temperature"],
+                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
 
         def complete(prompt, seed=None):
             ids = preprocessor.prompt_tensor(prompt, max_length - 1)  # room for one new token at least

@@ -33,8 +33,14 @@ def _tmp_prefix():
     return f".tmp-{socket.gethostname().replace('-', '_')}-"
 
 
+def temporary_path(path):
+    """`path`'s temporary sibling for an atomic write, `.tmp-<host>-<pid>-<name>`."""
+    path = pathlib.Path(path)
+    return path.with_name(f"{_tmp_prefix()}{os.getpid()}-{path.name}")
+
+
 def remove_abandoned_writes(base_dir):
-    """Delete the temporary folders that killed writers on this host left in `base_dir`.
+    """Delete the temporary folders (or files) that killed writers on this host left in `base_dir`.
 
     A writer that dies (SIGKILL, power loss) before its rename leaves
     `.tmp-<host>-<pid>-*`; the folder is removed once no process `<pid>`
@@ -45,7 +51,10 @@ def remove_abandoned_writes(base_dir):
     for path in pathlib.Path(base_dir).glob(f"{prefix}*"):
         pid = path.name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and not _running(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
             removed.append(path)
     return removed
 

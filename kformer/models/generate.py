@@ -38,6 +38,28 @@ def filter_logits(logits, strategy, k, p, temperature):
     return logits
 
 
+def ban_repeated_ngrams(logits, tokens, t, n):
+    """Logits `(batch, vocab)` for position `t`, minus every token that would repeat an n-gram.
+
+    A token is banned when the `n - 1` tokens before position `t` already
+    occurred in `tokens[:, :t]` followed by it (`n = 1` bans every earlier
+    token). `tokens`: int `(batch, length)`, the decoding buffer.
+    """
+    windows = tokens.shape[1] - n + 1
+    if windows <= 0:
+        return logits
+    match = ops.broadcast_to(ops.arange(windows)[None, :] <= t - n, ops.shape(tokens[:, :windows]))
+    for i in range(n - 1):  # window j holds tokens j .. j + n - 2, then the candidate j + n - 1
+        tail = ops.take(tokens, ops.maximum(t - n + 1 + i, 0), axis=1)
+        match = ops.logical_and(match, ops.equal(tokens[:, i:i + windows], tail[:, None]))
+    following = tokens[:, n - 1:]
+    rows = ops.broadcast_to(ops.arange(ops.shape(tokens)[0])[:, None], ops.shape(following))
+    indices = ops.reshape(ops.stack([rows, following], axis=-1), (-1, 2))
+    counts = ops.scatter_update(ops.zeros_like(logits), indices, ops.reshape(ops.cast(match, logits.dtype), (-1,)),
+                                reduction="add")
+    return ops.where(counts > 0, NEG_INF, logits)
+
+
 def sample(logits, uniform):
     """Inverse-CDF draw from softmax(logits) with given uniforms `(batch,)`."""
     cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)
@@ -63,6 +85,8 @@ def _decode_loop(decoder, inputs, noise, c):
         return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
 
     def body(t, tokens, caches, logits, done):
+        if c["no_repeat_ngram_size"]:
+            logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
         if c["strategy"] == "greedy":
             word = ops.cast(ops.argmax(logits, axis=-1), "int32")
         else:
@@ -97,6 +121,8 @@ def _beam_loop(decoder, inputs, c):
         return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
 
     def body(t, tokens, caches, logits, scores, done, lengths):
+        if c["no_repeat_ngram_size"]:
+            logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
         forced = ops.take(prompt, t, axis=1)
         prompt_token = ops.where(ops.arange(vocab)[None, :] == ops.take(tokens, t, axis=1)[:, None], 0.0, NEG_INF)
         log_probs = ops.where(forced[:, None], prompt_token, ops.log_softmax(logits, axis=-1))
@@ -141,7 +167,8 @@ _COMPILED = {}
 
 
 def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
-             num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True):
+             num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True,
+             no_repeat_ngram_size=0):
     """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
     Translator: returns the generated tokens after `start_token_id`, through
@@ -171,6 +198,10 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             seed samples the same tokens on every backend.
         use_cache: bool. `False` re-runs the decoder over the whole buffer
             each step (the slow reference; not with beam search).
+        no_repeat_ngram_size: int. `n > 0` never generates an n-gram that the
+            row (prompt included) already holds, as in Hugging Face's
+            `no_repeat_ngram_size`; stops "y las dos y las dos" loops. `0`
+            (default) turns it off.
 
     Returns:
         int32 numpy: `(batch, max_length)`.
@@ -188,7 +219,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     config = _check(decoder, ids, dict(
         max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
         num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
-        use_cache=use_cache, seed=seed))
+        use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size))
     seed = config.pop("seed")
     ids = _pad_width(ids, None if decoder.family == "translator" else config["max_length"])
     key = (id(model), tuple(sorted(config.items())))
@@ -204,7 +235,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
 
 
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
-                    num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0):
+                    num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
     In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
@@ -214,7 +245,7 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
     Args:
         model: a `Translator` or a `CausalLM`.
         max_length, start_token_id, end_token_id, strategy, num_beams,
-            length_penalty, k, p, temperature: as in `generate`.
+            length_penalty, k, p, temperature, no_repeat_ngram_size: as in `generate`.
 
     Example:
 
@@ -228,7 +259,7 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
     config = _check(decoder, np.ones((1, 1), "int32"), dict(
         max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
         num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
-        use_cache=True, seed=None))
+        use_cache=True, seed=None, no_repeat_ngram_size=no_repeat_ngram_size))
     config.pop("seed")
     if strategy == "beam":
         return lambda token_ids, noise=None: _beam_loop(decoder, ops.cast(token_ids, "int32"), config)
@@ -263,7 +294,7 @@ def _check(decoder, ids, c):
     if ids.min() < 0 or ids.max() >= vocabulary:
         raise ValueError(f"`{name}` must be in [0, {vocabulary}) (0 = padding). Received: values from "
                          f"{ids.min()} to {ids.max()}")
-    for key, low in (("max_length", 1), ("num_beams", 1), ("k", 1)):
+    for key, low in (("max_length", 1), ("num_beams", 1), ("k", 1), ("no_repeat_ngram_size", 0)):
         if not _is_int(c[key]) or c[key] < low:
             raise ValueError(f"`{key}` must be an int >= {low}. Received: {key}={c[key]!r}")
     for key in ("length_penalty", "p", "temperature"):

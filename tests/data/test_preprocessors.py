@@ -31,6 +31,21 @@ def test_text_classifier_pads_truncates_and_adds_special_tokens(tokenizer):
     assert wrapped.tolist() == [ids(tokenizer, "[CLS]", "a", "fine", "[SEP]")]  # the suffix survives truncation
 
 
+@pytest.mark.parametrize("truncation, kept", [
+    ("head", ["a", "fine", "film", "dull", "."]), ("tail", ["film", "dull", ".", "a", "film"]),
+    ("head_tail", ["a", "dull", ".", "a", "film"]),  # a budget of 5: 5 // 4 = 1 head token, 4 tail tokens
+])
+def test_long_texts_keep_the_head_the_tail_or_both(tokenizer, truncation, kept):
+    text = "a fine film dull. a film"  # 7 tokens: a fine film dull . a film
+    preprocessor = TextClassifierPreprocessor(tokenizer, 5, truncation=truncation)
+    short = ids(tokenizer, "a", "film") + [0] * 3
+    assert preprocessor.encode([text, "a film"]).tolist() == [ids(tokenizer, *kept), short]
+    bert = BertPreprocessor(tokenizer, 7, truncation=truncation).encode([text])["token_ids"].tolist()
+    assert bert == [ids(tokenizer, "[CLS]", *kept, "[SEP]")]  # the same 5 tokens between the specials
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(preprocessor))
+    assert restored.truncation == truncation
+
+
 def test_bert_inputs_and_mask_positions(tokenizer):
     inputs = BertPreprocessor(tokenizer, 8, mask_positions=True).encode(["a [MASK] film", "dull", "[mask] [MASK]"])
     assert sorted(inputs) == ["mask_positions", "padding_mask", "segment_ids", "token_ids"]
@@ -103,6 +118,8 @@ def test_raw_text_detection(x, expected):
 def test_bad_arguments_are_named(tokenizer):
     with pytest.raises(ValueError, match="sequence_length=1"):
         TextClassifierPreprocessor(tokenizer, 1)
+    with pytest.raises(ValueError, match="`truncation` must be one of .*Received: truncation='middle'"):
+        TextClassifierPreprocessor(tokenizer, 8, truncation="middle")
     with pytest.raises(ValueError, match="`tokenizer` must be a kformer WordPieceTokenizer"):
         TextClassifierPreprocessor(VOCABULARY, 8)
     with pytest.raises(ValueError, match="`y` has 1 rows but `x` has 2"):

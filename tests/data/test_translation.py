@@ -50,6 +50,36 @@ def test_bundled_sample_agrees_with_full_file_split():
         assert sample <= set(zip(*full[split])), split
 
 
+def test_split_by_source_puts_every_sentence_in_one_split(tmp_path):
+    rng = np.random.default_rng(0)
+    english = [f"Sentence {i}." for i in rng.integers(0, 300, 1000)]  # about 290 distinct, most repeated
+    (tmp_path / "spa-eng").mkdir()
+    with gzip.open(tmp_path / "spa-eng" / "spa.txt.gz", "wt", encoding="utf-8") as f:
+        f.writelines(f"{e}\tFrase {i}.\n" for i, e in enumerate(english))
+    by_pair = {s: translation.load_split(s, "spa-eng", tmp_path) for s in translation.SPLITS}
+    by_source = {s: translation.load_split(s, "spa-eng", tmp_path, split_by="source") for s in translation.SPLITS}
+    assert set(by_pair["test"][0]) & set(by_pair["train"][0])  # the pair split leaks sentences
+    seen = {s: set(sources) for s, (sources, _) in by_source.items()}
+    assert not seen["train"] & seen["test"] and not seen["train"] & seen["validation"]
+    assert sum(len(src) for src, _ in by_source.values()) == 1000  # every pair kept, once
+    pairs = [pair for src, tgt in by_source.values() for pair in zip(src, tgt)]
+    assert len(set(pairs)) == 1000
+    assert len(seen["train"]) == len(set(english)) * 90 // 100
+    with pytest.raises(ValueError, match="split_by='source'` needs the full"):
+        translation.load_split("test", "spa-eng", split_by="source")  # the bundled sample
+    with pytest.raises(ValueError, match="split_by='sentence'"):
+        translation.load_split("test", "spa-eng", split_by="sentence")
+    with pytest.raises(ValueError, match="for spa-eng"):
+        translation.load_split("test", "multi30k", tmp_path, split_by="source")
+
+
+@needs_full_spa_eng
+def test_full_split_by_source_sizes():
+    sizes = [len(translation.load_split(s, "spa-eng", FULL_DATA_DIR, split_by="source")[0])
+             for s in translation.SPLITS]
+    assert sizes == [107044, 6011, 5909]
+
+
 @needs_multi30k
 def test_multi30k_is_german_to_english():
     german, english = translation.load_split("validation", "multi30k", FULL_DATA_DIR)

@@ -54,7 +54,8 @@ def served(tokenizer, tmp_path_factory):
 
     text = {"text": np.array(TEXTS, dtype=object)}
     clf = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
-                                 class_names=CLASSES, preprocessor=TextClassifierPreprocessor(tokenizer, 32))
+                                 class_names=CLASSES,  # head_tail: the served graph keeps both ends too
+                                 preprocessor=TextClassifierPreprocessor(tokenizer, 32, truncation="head_tail"))
     path = export.export_for_serving(clf, base / "imdb")
     add(path, "serving_default", text, {"probabilities": clf.predict(TEXTS, verbose=0)})
 
@@ -81,9 +82,10 @@ def served(tokenizer, tmp_path_factory):
 def _export_translator(tokenizer, base, text, add):
     translator = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                    preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 16))
-    path = export.export_for_serving(translator, base / "translator", max_length=10, num_beams=3)
+    path = export.export_for_serving(translator, base / "translator", max_length=10, num_beams=3,
+                                     no_repeat_ngram_size=2)
     for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam")):
-        want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10)
+        want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10, no_repeat_ngram_size=2)
         add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)})
 
 

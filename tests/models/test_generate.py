@@ -15,7 +15,13 @@ def translator():
     return small_model("transformer_tiny")
 
 
-def naive_greedy(model, source, max_length):
+def banned(row, t, n):
+    """Tokens that would repeat an n-gram of row[:t] at position t (plain Python)."""
+    tail = tuple(row[t - n + 1:t]) if n > 1 else ()
+    return {row[j + n - 1] for j in range(t - n + 1) if tuple(row[j:j + n - 1]) == tail}
+
+
+def naive_greedy(model, source, max_length, no_repeat_ngram_size=0):
     """Re-runs the whole decoder on the prefix every step (no cache)."""
     tokens = np.zeros((len(source), max_length + 1), "int32")
     tokens[:, 0] = START
@@ -25,6 +31,8 @@ def naive_greedy(model, source, max_length):
         logits = np.array(to_numpy(model.predict_on_batch({"encoder_token_ids": source,
                                                            "decoder_token_ids": tokens})))[:, t]
         logits[:, 0] = -np.inf
+        for b in range(len(source)) if no_repeat_ngram_size else ():
+            logits[b, sorted(banned(list(tokens[b]), t + 1, no_repeat_ngram_size))] = -np.inf
         word = np.where(done, 0, logits.argmax(-1))
         tokens[:, t + 1] = word
         done |= word == END
@@ -42,6 +50,43 @@ def test_cached_greedy_equals_compiled_recompute(translator):
     kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
     np.testing.assert_array_equal(models.generate(translator, SOURCE, **kwargs),
                                   models.generate(translator, SOURCE, use_cache=False, **kwargs))
+
+
+def ngram_repeats(row, n):
+    grams = [tuple(row[i:i + n]) for i in range(len(row) - n + 1) if 0 not in row[i:i + n]]
+    return len(grams) - len(set(grams))
+
+
+def test_no_repeat_ngram_equals_naive_greedy_with_the_ban(translator, n=2):
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
+    plain = models.generate(translator, SOURCE, **kwargs)
+    cached = models.generate(translator, SOURCE, no_repeat_ngram_size=n, **kwargs)
+    np.testing.assert_array_equal(cached, naive_greedy(translator, SOURCE, 8, no_repeat_ngram_size=n))
+    with_start = np.concatenate([np.full((len(SOURCE), 1), START), cached], 1)
+    assert all(ngram_repeats(list(row), n) == 0 for row in with_start)
+    assert sum(ngram_repeats(list(row), n) for row in plain) > 0  # the ban had something to stop
+    np.testing.assert_array_equal(cached, models.generate(translator, SOURCE, no_repeat_ngram_size=n,
+                                                          use_cache=False, **kwargs))
+
+
+@pytest.mark.parametrize("strategy", ["beam", "top_k"])
+def test_no_repeat_ngram_holds_for_beam_and_sampling(translator, strategy):
+    out = models.generate(translator, SOURCE, max_length=10, start_token_id=START, end_token_id=END,
+                          strategy=strategy, seed=0, no_repeat_ngram_size=1)
+    assert all(ngram_repeats([START] + list(row), 1) == 0 for row in out)
+
+
+def test_no_repeat_ngram_counts_the_prompt_of_a_language_model():
+    model = small_model("gpt_tiny")
+    prompts = np.array([[5, 6, 5, 0], [7, 8, 9, 7]], "int32")
+    out = models.generate(model, prompts, max_length=12, no_repeat_ngram_size=2)
+    np.testing.assert_array_equal(out[:, :4][prompts > 0], prompts[prompts > 0])
+    assert out[0, 3] != 6 and out[1, 4] != 8  # the bigrams (5, 6) and (7, 8) are in the prompts
+    for row, prompt in zip(out, prompts):
+        length = int((prompt > 0).sum())
+        grams = [tuple(row[i:i + 2]) for i in range(len(row) - 1) if 0 not in row[i:i + 2]]
+        generated = grams[length - 1:]  # bigrams that end on a generated token
+        assert not set(generated) & set(grams[:length - 1]) and len(set(generated)) == len(generated)
 
 
 def test_generation_stops_at_the_end_token(translator):
@@ -96,6 +141,8 @@ def test_sampling_is_seeded_and_respects_top_k(translator):
     ({"start_token_id": 40}, "start_token_id=40"),
     ({"p": 1.5, "strategy": "top_p"}, "p=1.5"),
     ({"temperature": 0}, "temperature=0"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size=-1"),
+    ({"no_repeat_ngram_size": 2.0}, "no_repeat_ngram_size=2.0"),
 ])
 def test_bad_arguments(translator, kwargs, match):
     args = {**dict(max_length=4, start_token_id=START, end_token_id=END), **kwargs}

@@ -22,10 +22,12 @@ COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
 def test_translator_recipe(tmp_path):
     run_dir = train_translator.main(COMMON + [
         "--preset=transformer_tiny", "--vocabulary-size=300", "--sequence-length=16",
-        "--batch-size=16", f"--output-dir={tmp_path}"])
+        "--batch-size=16", "--no-repeat-ngram-size=3", f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "transformer_tiny_spa-eng" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0
+    assert metrics["test_unseen_sources"] == 64  # none of the 64 test sentences is among the 64 trained on
+    assert 0.0 <= metrics["test_bleu_unseen_sources"] <= 100.0 and metrics["no_repeat_ngram_size"] == 3
     assert metrics["test_examples"] == 64 and len(metrics["samples"]) == 8
     assert {"source", "reference", "translation"} <= set(metrics["samples"][0])
     model = models.load(run_dir)
@@ -70,6 +72,8 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert classifier.predict_labels(["A fine film."])[0] in ("negative", "positive")
     assert (clf_dir / "pretrain" / "training_log.csv").is_file()
     assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
+    cached = sorted(p.name.split("-")[0] for p in (tmp_path / "bert_tiny_mlm" / "_prepared").iterdir())
+    assert cached == ["nsp_pairs", "vocabulary"]  # a rerun reuses both (tests/recipes/test_prepared.py)
     assert_figures(mlm_dir)  # pretraining curves (MLM and NSP) and attention on a masked sentence
     assert_figures(clf_dir)  # fine-tuning curves
 
@@ -93,4 +97,6 @@ def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     assert model.token_embedding.vocabulary_size == model.preprocessor.tokenizer.vocabulary_size
     assert model.generate("The movie was", max_length=8).startswith("the movie was")
     assert (run_dir / "saved_model.pb").is_file()
+    cached = sorted(p.name.split("-")[0] for p in (tmp_path / "gpt_tiny" / "_prepared").iterdir())
+    assert cached == ["lm_windows", "lm_windows", "vocabulary"]  # train and validation windows
     assert_figures(run_dir)

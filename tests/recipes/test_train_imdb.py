@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kformer import models
+from kformer.data.wordpiece import WordPieceTokenizer
 from recipes import train_imdb
 from tests.helpers import assert_figures
 
@@ -18,7 +19,11 @@ FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
          "--vocabulary-size=300", "--verbose=2"]
 
 
-def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
+def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch):
+    learned = []
+    learn = WordPieceTokenizer.learn.__func__
+    monkeypatch.setattr(WordPieceTokenizer, "learn",
+                        classmethod(lambda cls, *a, **k: learned.append(1) or learn(cls, *a, **k)))
     flags = FLAGS + ["--epochs=1", f"--output-dir={tmp_path}"]
     first = train_imdb.main(flags)  # exports on every backend (JAX/torch via a TF subprocess)
     assert first == tmp_path / "imdb_tiny" / "1"
@@ -49,6 +54,9 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path):
     assert not list(second.glob("*.png")) and ".png)" not in (second / "README.md").read_text()
     assert (first / "model.keras").read_bytes() == before
     assert not list((tmp_path / "imdb_tiny").glob(".tmp-*"))
+    assert len(learned) == 1  # the second run reused the cached vocabulary
+    cached, = (tmp_path / "imdb_tiny" / "_prepared").glob("vocabulary-*.txt")
+    assert models.load(second).preprocessor.tokenizer.vocabulary == vocabulary == cached.read_text().split("\n")[:-1]
 
 
 @pytest.mark.only_backend("jax")  # the backup mechanics run on all three in tests/reliability

@@ -28,6 +28,9 @@ from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_tra
     (train_imdb, ["--preset=vit_tiny"], "imdb_small"),
     (train_imdb, ["--learning-rate=0"], "--learning-rate"),
     (train_translator, ["--preset=imdb_tiny"], "transformer_small"),
+    (train_translator, ["--no-repeat-ngram-size=-1"], "--no-repeat-ngram-size"),
+    (train_translator, ["--split-by=sentence"], "--split-by"),
+    (train_translator, ["--split-by=source"], "--split-by source needs --dataset spa-eng and the full"),  # bundled sample only
     (train_translator, ["--batch-size=0"], "--batch-size"),
     (train_vit, ["--dataset=imagenet"], "--dataset"),
     (train_vit, ["--dataset=cifar10", "--preset=vit_tiny"], "vit_small_cifar"),
@@ -82,7 +85,7 @@ def test_a_diverged_run_writes_no_version_and_exits_1(tmp_path, monkeypatch):
         train_imdb.main(["--preset=imdb_tiny", "--max-examples=32", "--sequence-length=16",
                          "--vocabulary-size=200", "--epochs=2", "--verbose=0", f"--output-dir={tmp_path}"])
     assert "training diverged" in str(exit_info.value.code) and "no version was written" in str(exit_info.value.code)
-    assert sorted(p.name for p in (tmp_path / "imdb_tiny").iterdir()) == ["_training"]
+    assert sorted(p.name for p in (tmp_path / "imdb_tiny").iterdir()) == ["_prepared", "_training"]
 
 
 @pytest.mark.parametrize("label", [7, -1, 0.6, "1", True, None])

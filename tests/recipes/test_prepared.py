@@ -1,0 +1,107 @@
+"""The `_prepared` cache: reused for the same inputs, rebuilt for others, written atomically."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kformer.data import imdb, lm, mlm
+from kformer.data.preprocessors import CausalLMPreprocessor
+from kformer.data.wordpiece import WordPieceTokenizer
+from kformer.export import versioning
+from recipes import prepared
+
+TEXTS = ["A fine film. The cast is good.", "A dull film. Too long by far!", "Good music. Bad plot.",
+         "I laughed. I cried. I left early."] * 5
+
+
+@pytest.fixture
+def learned(monkeypatch):
+    """Counts calls of `WordPieceTokenizer.learn`."""
+    calls = []
+    learn = WordPieceTokenizer.learn.__func__
+    monkeypatch.setattr(WordPieceTokenizer, "learn",
+                        classmethod(lambda cls, *a, **k: calls.append(1) or learn(cls, *a, **k)))
+    return calls
+
+
+def test_digest_depends_on_every_input():
+    base = prepared.digest(["a b", "c"], 100)
+    assert prepared.digest(["a b", "c"], 100) == base
+    others = [prepared.digest(["a b", "c "], 100), prepared.digest(["a", "b c"], 100),
+              prepared.digest(["a b", "c"], 101), prepared.digest(["a b", "c"], "100"),
+              prepared.digest(["a b", "c"]), prepared.digest(["a b"], ["c"], 100)]
+    assert len({base, *others}) == len(others) + 1
+
+
+def test_a_vocabulary_is_learned_once_per_texts_and_size(tmp_path, learned):
+    first = prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 40, tmp_path / "run1" / "vocabulary.txt")
+    again = prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 40, tmp_path / "run2" / "vocabulary.txt")
+    assert len(learned) == 1 and again.vocabulary == first.vocabulary
+    assert (tmp_path / "run2" / "vocabulary.txt").read_text() == (tmp_path / "run1" / "vocabulary.txt").read_text()
+    prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS[:-1], 40, tmp_path / "run3" / "vocabulary.txt")
+    prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 45, tmp_path / "run4" / "vocabulary.txt")
+    assert len(learned) == 3 and len(list((tmp_path / "cache").glob("vocabulary-*.txt"))) == 3
+
+
+def test_a_resumed_run_keeps_its_own_vocabulary(tmp_path, learned):
+    work = tmp_path / "run" / "vocabulary.txt"
+    work.parent.mkdir()
+    WordPieceTokenizer.learn(TEXTS[:4], 30).save(work)  # the vocabulary its first epochs used
+    resumed = prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 40, work)
+    assert resumed.vocabulary == WordPieceTokenizer.load(work).vocabulary
+    assert len(learned) == 1 and not (tmp_path / "cache").exists()
+
+
+def test_next_sentence_pairs_are_cached_and_identical(tmp_path, monkeypatch):
+    texts = imdb.load_split("unsup", max_examples=40)[0]
+    tok = WordPieceTokenizer.learn(texts, 300)
+    fresh = mlm.segment_pairs(texts, tok, 32, seed=3)
+    built = []
+    segment_pairs = mlm.segment_pairs
+    monkeypatch.setattr(mlm, "segment_pairs", lambda *a, **k: built.append(1) or segment_pairs(*a, **k))
+    first = prepared.nsp_pairs(tmp_path, texts, tok, 32, seed=3)
+    cached = prepared.nsp_pairs(tmp_path, texts, tok, 32, seed=3)
+    assert len(built) == 1
+    for arrays in (first, cached):
+        assert sorted(arrays) == sorted(fresh)
+        for k in fresh:
+            assert arrays[k].dtype == np.int32 and np.array_equal(arrays[k], fresh[k]), k
+    prepared.nsp_pairs(tmp_path, texts, tok, 32, seed=4)
+    prepared.nsp_pairs(tmp_path, texts, tok, 24, seed=3)
+    assert len(built) == 3 and len(list(tmp_path.glob("nsp_pairs-*.npz"))) == 3
+
+
+def test_language_model_windows_are_cached_and_identical(tmp_path):
+    texts = imdb.load_split("unsup", max_examples=30)[0]
+    preprocessor = CausalLMPreprocessor(WordPieceTokenizer.learn(texts, 300), 16)
+    fresh = lm.packed_windows(preprocessor, texts)
+    first = prepared.lm_windows(tmp_path, texts, preprocessor)
+    cached = prepared.lm_windows(tmp_path, texts, preprocessor)
+    assert cached.dtype == np.int32 and np.array_equal(first, fresh) and np.array_equal(cached, fresh)
+    prepared.lm_windows(tmp_path, texts[1:], preprocessor)
+    assert len(list(tmp_path.glob("lm_windows-*.npz"))) == 2
+
+
+def test_a_failed_write_leaves_nothing_and_a_killed_writers_file_is_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f"{versioning._tmp_prefix()}{dead.stdout.strip()}-vocabulary-x.txt"
+    abandoned.write_text("half a vocab")
+
+    def broken(tmp):
+        tmp.write_text("partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        prepared._atomic(tmp_path / "vocabulary-y.txt", broken)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preparation_shows_progress(capsys):
+    WordPieceTokenizer.learn(TEXTS, 40, verbose=2)
+    tok = WordPieceTokenizer.learn(TEXTS, 40)
+    mlm.segment_pairs(TEXTS, tok, 16, verbose=2)
+    lm.packed_windows(CausalLMPreprocessor(tok, 8), TEXTS, verbose=2)
+    out = capsys.readouterr().out
+    assert out.count(f"{len(TEXTS)}/{len(TEXTS)}") == 2 and "text" in out and "sentence" in out
