@@ -243,7 +243,8 @@ class WordPieceTokenizer(keras.layers.Layer):
         if texts.shape.rank != 1:
             raise ValueError(f"`texts` must be a 1-D batch of strings. Received shape {texts.shape}")
         words = tf.strings.split(normalize(texts))
-        pieces = self._word_pieces(words.flat_values)
+        distinct, index = tf.unique(words.flat_values)  # each distinct word is split once
+        pieces = tf.gather(self._word_pieces(distinct), index)
         return words.with_flat_values(pieces).merge_dims(1, 2)
 
     def _word_pieces(self, words):

@@ -37,6 +37,16 @@ def test_matches_keras_hub_wordpiece_on_ascii_reviews(tokenizer):
     assert mine == theirs
 
 
+def test_a_batch_splits_each_distinct_word_once_with_the_same_result(tokenizer, texts):
+    # tokenize() splits the batch's distinct words once and gathers them back.
+    batch = list(texts[:20]) + ["", "film film film", texts[0]]
+    together = tokenizer.tokenize(tf.constant(batch)).to_list()
+    alone = [tokenizer.tokenize(tf.constant([t])).to_list()[0] for t in batch]
+    assert together == alone
+    assert together[-1] == together[0] and together[20] == []
+    assert tokenizer.tokenize(tf.constant([], tf.string)).to_list() == []
+
+
 def test_padding_truncation_and_special_tokens(tokenizer):
     ids = tokenizer(tf.constant(["a fine film", "", "film " * 100]), 8, prefix="[CLS]", suffix="[SEP]").numpy()
     assert ids.shape == (3, 8) and ids.dtype == np.int32

@@ -1,0 +1,167 @@
+"""Train a kformer recipe and its anchor example on the same files, then print both test scores.
+
+    python -m benchmarks.quality_vs_anchor --task imdb --data-dir DATA
+    python -m benchmarks.quality_vs_anchor --task translation --data-dir DATA --epochs 3 --split-by source
+    python -m benchmarks.quality_vs_anchor --task mnist --data-dir DATA --epochs 60 --anchor-epochs 1
+    python -m benchmarks.quality_vs_anchor --task cifar10 --data-dir DATA --epochs 4
+    python -m benchmarks.quality_vs_anchor --task bert --data-dir DATA --max-examples 8000 --epochs 1
+
+The anchors (`benchmarks/anchors/`) are the Keras / keras-hub examples at
+their published sizes: "Text classification with Transformer" (imdb), the
+keras-hub "English-to-Spanish translation" (translation), "Image
+classification with Vision Transformer" (mnist, cifar10) and "End-to-end
+Masked Language Modeling with BERT" (bert). Both sides read the same files,
+use the same train / validation / test split and the same seed, and train
+for `--epochs` (`--anchor-epochs` where equal epochs would not fit). The
+recipe runs as its own process (its command is printed; `--no-export`), the
+anchor in this one; wall time, `fit` time and epochs are printed for both.
+Writes `<output-dir>/quality_vs_anchor_<task>.json`.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+RECIPES = {"imdb": "train_imdb", "translation": "train_translator", "mnist": "train_vit",
+           "cifar10": "train_vit", "bert": "pretrain_mini_bert"}
+DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 4, "bert": 1}
+RECIPE_FLAGS = {"mnist": ["--dataset", "mnist"], "cifar10": ["--dataset", "cifar10", "--preset", "vit_small_cifar"],
+                "bert": ["--compare-scratch"]}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, choices=sorted(RECIPES))
+    p.add_argument("--data-dir", default=None, help="full data sets (default: the bundled sample)")
+    p.add_argument("--epochs", type=int, default=None, help="both sides (default: %s)" % DEFAULT_EPOCHS)
+    p.add_argument("--anchor-epochs", type=int, default=None, help="the anchor's, if not --epochs")
+    p.add_argument("--max-examples", type=int, default=None, help="at most this many examples per split")
+    p.add_argument("--finetune-epochs", type=int, default=2, help="bert only: fine-tuning epochs, both sides")
+    p.add_argument("--split-by", choices=("pair", "source"), default="pair", help="translation only")
+    p.add_argument("--recipe-args", default="", help='more recipe flags, e.g. "--patience 60"')
+    p.add_argument("--only", choices=("recipe", "anchor"), default=None, help="run one side")
+    p.add_argument("--output-dir", default="benchmark_runs")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2)
+    args = p.parse_args(argv)
+    for flag in ("epochs", "anchor_epochs", "max_examples", "finetune_epochs"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            p.error(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
+    if args.data_dir is not None and not pathlib.Path(args.data_dir).is_dir():
+        p.error(f"--data-dir {args.data_dir!r} is not a folder")
+    if args.split_by == "source" and args.task != "translation":
+        p.error("--split-by source is for --task translation")
+    args.epochs = args.epochs or DEFAULT_EPOCHS[args.task]
+    args.anchor_epochs = args.anchor_epochs or args.epochs
+    return args
+
+
+def run_recipe(args, out_dir):
+    """Run the kformer recipe in a fresh process -> {"command", "seconds", "metrics": {folder: metrics}}."""
+    command = [sys.executable, "-m", f"recipes.{RECIPES[args.task]}", "--epochs", str(args.epochs),
+               "--seed", str(args.seed), "--output-dir", str(out_dir), "--no-export", "--no-plots",
+               "--verbose", str(args.verbose), *RECIPE_FLAGS.get(args.task, [])]
+    command += ["--data-dir", args.data_dir] if args.data_dir else []
+    command += ["--max-examples", str(args.max_examples)] if args.max_examples else []
+    command += ["--split-by", args.split_by] if args.task == "translation" else []
+    command += ["--finetune-epochs", str(args.finetune_epochs)] if args.task == "bert" else []
+    command += args.recipe_args.split()
+    print("recipe:", " ".join(command[1:]), flush=True)
+    start = time.time()
+    subprocess.run(command, check=True)
+    seconds = time.time() - start
+    found = sorted(out_dir.glob("*/[0-9]*/metrics.json"))
+    if not found:
+        raise SystemExit(f"the recipe wrote no metrics.json under {out_dir}")
+    metrics = {path.parent.parent.name: json.loads(path.read_text()) for path in found}
+    return {"command": " ".join(["python", *command[1:]]), "seconds": round(seconds, 1), "metrics": metrics}
+
+
+def run_anchor(args):
+    """Load the task's splits as the recipe does and train its anchor(s) -> {name: result}."""
+    from kformer.data import images, imdb, translation
+
+    if args.task in ("imdb", "bert"):
+        train = imdb.load_split("train", args.data_dir, args.max_examples)
+        test = imdb.load_split("test", args.data_dir, args.max_examples)
+        train, validation = imdb.train_validation_split(*train, seed=args.seed)
+        splits = {"train": train, "validation": validation, "test": test}
+        if args.task == "imdb":
+            from benchmarks.anchors import imdb as anchor
+
+            return {f"keras example ({end} {anchor.SEQUENCE_LENGTH} words)":
+                    anchor.run(splits, epochs=args.anchor_epochs, truncation=end, seed=args.seed,
+                               verbose=args.verbose) for end in ("tail", "head")}
+        from benchmarks.anchors import mlm_bert as anchor
+
+        unlabeled = imdb.load_split("unsup", args.data_dir, args.max_examples)[0]
+        return {"keras MLM-BERT example": anchor.run(
+            splits, unlabeled, epochs=args.anchor_epochs, finetune_epochs=args.finetune_epochs, seed=args.seed,
+            verbose=args.verbose)}
+    if args.task == "translation":
+        from benchmarks.anchors import translation as anchor
+
+        splits = [translation.load_split(split, "spa-eng", args.data_dir, args.max_examples, args.split_by)
+                  for split in ("train", "validation", "test")]
+        return {"keras-hub example (greedy)": anchor.run(*splits, epochs=args.anchor_epochs, seed=args.seed,
+                                                          verbose=args.verbose)}
+    from benchmarks.anchors import vit as anchor
+
+    x, y = images.load_split("train", args.task, args.data_dir, args.max_examples)
+    test = images.load_split("test", args.task, args.data_dir, args.max_examples)
+    cut = len(y) - max(1, len(y) // 10)  # the recipe's validation split
+    return {"keras ViT example": anchor.run((x[:cut], y[:cut]), (x[cut:], y[cut:]), test, args.task,
+                                            epochs=args.anchor_epochs, seed=args.seed, verbose=args.verbose)}
+
+
+SCORES = ("test_accuracy", "scratch_test_accuracy", "test_top1", "test_bleu", "test_chrf",
+          "masked_token_accuracy")
+
+
+def summary(result):
+    """The scores of one side's metrics (dict) as 'name value, ...'."""
+    return ", ".join(f"{k} {v:.4f}" if v < 1 else f"{k} {v:.2f}" for k, v in result.items()
+                     if k in SCORES and isinstance(v, (int, float)))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out_dir = pathlib.Path(args.output_dir)
+    run_dir = out_dir / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    report = {"task": args.task, "data_dir": args.data_dir, "epochs": args.epochs,
+              "anchor_epochs": args.anchor_epochs, "max_examples": args.max_examples, "seed": args.seed}
+    if args.only != "anchor":
+        report["recipe"] = run_recipe(args, run_dir)
+    if args.only != "recipe":
+        import keras
+
+        report["backend"] = keras.backend.backend()
+        start = time.time()
+        report["anchor"] = run_anchor(args)
+        report["anchor_seconds"] = round(time.time() - start, 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"quality_vs_anchor_{args.task}.json"
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+    print(f"\n{args.task}: same files ({args.data_dir or 'bundled sample'}), seed {args.seed}")
+    print(f"{'model':42s} {'epochs':>6s} {'fit s':>8s} {'wall s':>8s}  test scores")
+    for name, metrics in report.get("recipe", {}).get("metrics", {}).items():
+        print(f"{'kformer ' + name:42s} {metrics.get('epochs', args.epochs):>6} "
+              f"{metrics.get('train_seconds', float('nan')):>8} {report['recipe']['seconds']:>8}  {summary(metrics)}")
+    for name, result in report.get("anchor", {}).items():
+        print(f"{name:42s} {result['epochs']:>6} {result['fit_seconds']:>8} {result['seconds']:>8}  "
+              f"{summary(result)}")
+    print(f"written: {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
