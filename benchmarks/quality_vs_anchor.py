@@ -3,7 +3,7 @@
     python -m benchmarks.quality_vs_anchor --task imdb --data-dir DATA
     python -m benchmarks.quality_vs_anchor --task translation --data-dir DATA --epochs 3 --split-by source
     python -m benchmarks.quality_vs_anchor --task mnist --data-dir DATA --epochs 60 --anchor-epochs 1
-    python -m benchmarks.quality_vs_anchor --task cifar10 --data-dir DATA --epochs 4
+    python -m benchmarks.quality_vs_anchor --task cifar10 --data-dir DATA --epochs 10
     python -m benchmarks.quality_vs_anchor --task bert --data-dir DATA --max-examples 8000 --epochs 1
 
 The anchors (`benchmarks/anchors/`) are the Keras / keras-hub examples at
@@ -30,8 +30,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 RECIPES = {"imdb": "train_imdb", "translation": "train_translator", "mnist": "train_vit",
            "cifar10": "train_vit", "bert": "pretrain_mini_bert"}
-DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 4, "bert": 1}
-RECIPE_FLAGS = {"mnist": ["--dataset", "mnist"], "cifar10": ["--dataset", "cifar10", "--preset", "vit_small_cifar"],
+DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 10, "bert": 1}
+RECIPE_FLAGS = {"mnist": ["--dataset", "mnist"], "cifar10": ["--dataset", "cifar10"],
                 "bert": ["--compare-scratch"]}
 
 

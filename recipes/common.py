@@ -60,11 +60,13 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
     """The flags every recipe shares; `builder` limits `--preset` to that builder's presets.
 
     `tfds=True` adds `--tfds`: read the data with tensorflow_datasets instead of files.
+    `preset=None`: the recipe picks one after parsing (`parse_args(default_preset=...)`).
     """
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     p.set_defaults(builder=builder)
-    p.add_argument("--preset", default=preset, help=f"a {builder} preset (default {preset})")
+    p.add_argument("--preset", default=preset,
+                   help=f"a {builder} preset (default {preset or 'chosen by the data set'})")
     p.add_argument("--epochs", type=positive_int, default=epochs)
     p.add_argument("--batch-size", type=positive_int, default=batch_size, help="global batch size")
     p.add_argument("--learning-rate", type=positive_float, default=learning_rate)
@@ -94,9 +96,12 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
     return p
 
 
-def parse_args(parser, argv):
+def parse_args(parser, argv, default_preset=None):
+    """Parse and check the shared flags; `default_preset(args)` picks the preset when `--preset` is not given."""
     args = parser.parse_args(argv)
     args._argv = list(sys.argv[1:] if argv is None else argv)  # for the model card
+    if args.preset is None and default_preset is not None:
+        args.preset = default_preset(args)
     known = [n for n in models.list_models() if models.get_preset(n)["builder"] == args.builder]
     if args.preset not in known:
         parser.error(f"--preset {args.preset!r} is not a {args.builder} preset; expected one of {known}")

@@ -1,10 +1,13 @@
 """Train a Vision Transformer on CIFAR-10 or MNIST, evaluate top-1/top-5, save and export it.
 
     python -m recipes.train_vit                                   # MNIST, bundled sample
-    python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar
-    python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --data-dir DATA
+    python -m recipes.train_vit --dataset cifar10                 # vit_conv_stem_cifar
+    python -m recipes.train_vit --dataset cifar10 --data-dir DATA --epochs 10
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --tfds  # TFDS (online)
     python -m recipes.train_vit --epochs 1 --max-examples 256      # quick smoke run
+
+The preset defaults to `vit_tiny` on MNIST and `vit_conv_stem_cifar` (a ViT
+with the convolutional stem of Xiao et al. 2021) on CIFAR-10.
 
 Training uses AdamW with warmup + cosine decay and random shifts (plus flips
 on CIFAR-10). Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving
@@ -21,23 +24,24 @@ from kformer.data import images
 from kformer.data.preprocessors import ImageClassifierPreprocessor
 from recipes import common
 
+DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_conv_stem_cifar"}
 LIMITS = ["Trained from scratch on small images (MNIST 28x28 or CIFAR-10 32x32); other images are resized "
           "to that size and are out of domain.",
           "ViTs need much data; without pretraining, accuracy stays below a CNN of the same cost."]
 
 
 def parse_args(argv=None):
-    p = common.make_parser(__doc__, builder="vit", preset="vit_tiny", epochs=5, batch_size=128,
+    p = common.make_parser(__doc__, builder="vit", preset=None, epochs=5, batch_size=128,
                            learning_rate=1e-3, tfds=True)
     p.add_argument("--dataset", choices=images.DATASETS, default="mnist")
     p.add_argument("--weight-decay", type=common.bounded(float, 0.0, 1.0), default=0.05)
-    args = common.parse_args(p, argv)
+    args = common.parse_args(p, argv, default_preset=lambda a: DEFAULT_PRESETS[a.dataset])
     shape = images.IMAGE_SHAPES[args.dataset]
     preset = models.get_preset(args.preset)
     if (preset["image_size"], preset["image_size"], preset["channels"]) != shape:
         p.error(f"--preset {args.preset} takes {preset['image_size']}x{preset['image_size']}x"
                 f"{preset['channels']} images but --dataset {args.dataset} has {shape}; "
-                "use vit_tiny for mnist and vit_small_cifar for cifar10")
+                "use vit_tiny for mnist and vit_conv_stem_cifar or vit_small_cifar for cifar10")
     return args
 
 

@@ -14,8 +14,9 @@ PAPER = dict(image_size=224, patch_size=16, num_classes=1000, channels=3, dropou
 class ViTImageClassifier(ClassifierTask):
     """Images `(batch, image_size, image_size, channels)`, pixels 0-255 -> logits `(batch, num_classes)`.
 
-    Pixels are scaled to [0, 1] inside the model. Patch embedding with a
-    class token, pre-norm GELU blocks, a final LayerNorm and a linear head on
+    Pixels are scaled to [0, 1] inside the model. Patch embedding (a linear
+    patchify, or with `stem_channels` the convolutional stem of Xiao et al.
+    2021) with a class token, pre-norm GELU blocks, a final LayerNorm and a linear head on
     the class token. With `num_experts > 0`, every `moe_every`-th block (the
     last of each group, as in V-MoE) has a top-`top_k` mixture-of-experts
     feed-forward. With an `ImageClassifierPreprocessor`, `predict` takes
@@ -26,6 +27,8 @@ class ViTImageClassifier(ClassifierTask):
         num_classes: int >= 2.
         hidden_dim, num_layers, num_heads, intermediate_dim: ints.
         dropout: float. Defaults to `0.0`.
+        stem_channels: tuple of ints. Stride-2 3x3 convolutions before the
+            patch projection (`layers.PatchEmbedding`). Defaults to `()`.
         num_experts, moe_every, top_k: mixture-of-experts settings (0 experts: none).
         class_names: optional list of `num_classes` str.
         preprocessor: `ImageClassifierPreprocessor` or None.
@@ -45,7 +48,7 @@ class ViTImageClassifier(ClassifierTask):
 
     def __init__(self, image_size=224, patch_size=16, num_classes=1000, channels=3, hidden_dim=768,
                  num_layers=12, num_heads=12, intermediate_dim=3072, dropout=0.0, num_experts=0,
-                 moe_every=2, top_k=2, class_names=None, preprocessor=None, **kwargs):
+                 moe_every=2, top_k=2, stem_channels=(), class_names=None, preprocessor=None, **kwargs):
         check_positive_ints(image_size=image_size, patch_size=patch_size, hidden_dim=hidden_dim,
                             num_layers=num_layers, num_heads=num_heads, intermediate_dim=intermediate_dim)
         check_rates(dropout=dropout)
@@ -59,7 +62,8 @@ class ViTImageClassifier(ClassifierTask):
         if num_experts and (not isinstance(moe_every, int) or moe_every < 1):
             raise ValueError(f"`moe_every` must be an int >= 1. Received: moe_every={moe_every}")
         class_names = check_class_names(class_names, num_classes)
-        patch_embedding = layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")
+        patch_embedding = layers.PatchEmbedding(patch_size, hidden_dim, stem_channels=stem_channels,
+                                                name="patch_embedding")
         encoder_blocks = [blocks.TransformerEncoderBlock(
             num_heads, intermediate_dim, dropout=dropout, activation="gelu", normalize_first=True,
             layer_norm_epsilon=1e-6, num_experts=num_experts if num_experts and (i + 1) % moe_every == 0 else 0,
@@ -80,6 +84,7 @@ class ViTImageClassifier(ClassifierTask):
         self.channels, self.hidden_dim, self.num_layers = channels, hidden_dim, num_layers
         self.num_heads, self.intermediate_dim, self.dropout = num_heads, intermediate_dim, dropout
         self.num_experts, self.moe_every, self.top_k = num_experts, moe_every, top_k
+        self.stem_channels = patch_embedding.stem_channels
         self.class_names = class_names
         self._set_preprocessor(preprocessor)
 
@@ -96,6 +101,8 @@ class ViTImageClassifier(ClassifierTask):
           intermediate_dim=4096)
 @register("vit_base_patch16_224", **PAPER, hidden_dim=768, num_layers=12, num_heads=12,
           intermediate_dim=3072)
+@register("vit_conv_stem_cifar", image_size=32, patch_size=4, num_classes=10, channels=3,
+          stem_channels=(64, 128), hidden_dim=192, num_layers=5, num_heads=3, intermediate_dim=384)
 @register("vit_small_cifar", image_size=32, patch_size=4, num_classes=10, channels=3,
           hidden_dim=192, num_layers=6, num_heads=3, intermediate_dim=384)
 @register("vit_tiny", image_size=28, patch_size=7, num_classes=10, channels=1, hidden_dim=64,
@@ -105,7 +112,9 @@ def vit(**kwargs):
     """Build a `ViTImageClassifier`: `vit(preset="vit_tiny")`.
 
     Args:
-        preset: str. `"vit_tiny"` (MNIST), `"vit_small_cifar"`, `"vit_base_patch16_224"`, ...
+        preset: str. `"vit_tiny"` (MNIST), `"vit_small_cifar"`, `"vit_conv_stem_cifar"`
+            (CIFAR-10; the convolutional stem of Xiao et al. 2021 and one block
+            fewer), `"vit_base_patch16_224"`, ...
         **kwargs: `ViTImageClassifier` arguments; they replace the preset's.
 
     Example:

@@ -69,6 +69,36 @@ def test_patch_embedding_layer(use_class_token, tokens, tmp_path):
                    IMAGES, (2, tokens, 16), tmp_path=tmp_path)
 
 
+def test_patch_embedding_with_a_convolutional_stem(tmp_path):
+    # Two stride-2 stem convolutions then a 1x1 projection: 4x downsampling, as patch_size=4.
+    run_layer_test(PatchEmbedding, {"patch_size": 4, "hidden_dim": 16, "stem_channels": [4, 8]},
+                   IMAGES, (2, 7, 16), tmp_path=tmp_path)
+    layer = PatchEmbedding(8, 16, stem_channels=(4,))  # one stride-2 conv, then a 4x4 projection
+    assert tuple(layer(IMAGES[:, :8, :8]).shape) == (2, 2, 16)
+    assert tuple(layer.projection.kernel.shape) == (4, 4, 4, 16)
+
+
+def test_the_stem_batch_norm_learns_statistics_only_in_training():
+    layer = PatchEmbedding(4, 16, stem_channels=(4, 8))
+    layer(IMAGES)
+    norm = layer.stem[1]
+    before = to_numpy(norm.moving_mean)
+    layer(IMAGES, training=False)
+    np.testing.assert_array_equal(to_numpy(norm.moving_mean), before)
+    layer(IMAGES, training=True)
+    assert not np.allclose(to_numpy(norm.moving_mean), before)
+
+
+@pytest.mark.parametrize("stem_channels, message", [
+    ("64", r"`stem_channels` must be a list or tuple of ints. Received: stem_channels='64'"),
+    ((8, 0), r"`stem_channels\[1\]` must be a positive int. Received: stem_channels\[1\]=0"),
+    ((8, 8, 8), r"`patch_size` must be divisible by 2\*\*len\(stem_channels\)=8.*patch_size=4"),
+])
+def test_bad_stem_channels_are_named(stem_channels, message):
+    with pytest.raises(ValueError, match=message):
+        PatchEmbedding(4, 16, stem_channels=stem_channels)
+
+
 def test_patches_are_linear_projections_of_pixels():
     layer = PatchEmbedding(4, 16)
     out = to_numpy(layer(IMAGES))
