@@ -257,11 +257,11 @@ class PatchEmbedding(keras.layers.Layer):
         self.position_embedding.build((None, num_tokens, self.hidden_dim))
         self.built = True
 
-    def call(self, inputs, training=None):
+    def call(self, inputs):
         num_patches = self._num_patches(inputs.shape)
         x = inputs
-        for layer in self.stem:  # each conv halves height and width
-            x = layer(x, training=training) if isinstance(layer, keras.layers.BatchNormalization) else layer(x)
+        for layer in self.stem:  # each conv halves height and width; BatchNorm reads `training` from the call context
+            x = layer(x)
         x = self.projection(x)  # (batch, height / p, width / p, hidden_dim)
         x = ops.reshape(x, (-1, num_patches, self.hidden_dim))  # (batch, patches, hidden_dim)
         if self.use_class_token:

@@ -1,5 +1,6 @@
 import math
 
+import keras
 import numpy as np
 import pytest
 
@@ -86,6 +87,13 @@ def test_the_stem_batch_norm_learns_statistics_only_in_training():
     layer(IMAGES, training=False)
     np.testing.assert_array_equal(to_numpy(norm.moving_mean), before)
     layer(IMAGES, training=True)
+    assert not np.allclose(to_numpy(norm.moving_mean), before)
+    # Inside a model, `fit` reaches the nested BatchNorm through the call context.
+    images = keras.Input(IMAGES.shape[1:])
+    model = keras.Model(images, keras.layers.GlobalAveragePooling1D()(layer(images)))
+    model.compile("sgd", "mse")
+    before = to_numpy(norm.moving_mean)
+    model.fit(IMAGES, np.zeros((2, 16)), epochs=1, verbose=0)
     assert not np.allclose(to_numpy(norm.moving_mean), before)
 
 
