@@ -1,0 +1,57 @@
+"""benchmarks/recipe_steps.py: its FLOP count, its batches (the recipes' defaults) and its timing."""
+
+import keras
+import numpy as np
+import pytest
+
+from benchmarks import recipe_steps
+
+jax_only = pytest.mark.skipif(keras.backend.backend() != "jax", reason="FLOPs are counted on JAX traces")
+
+
+@jax_only
+def test_flops_of_dense_attention_and_convolution_match_the_formulas():
+    dense = keras.Sequential([keras.Input((5, 16)), keras.layers.Dense(32), keras.layers.Dense(8)])
+    assert recipe_steps.forward_flops(dense, np.ones((3, 5, 16), "float32")) == 2 * 3 * 5 * (16 * 32 + 32 * 8)
+
+    conv = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, strides=2, padding="same")])
+    assert recipe_steps.forward_flops(conv, np.ones((2, 8, 8, 3), "float32")) == 2 * (2 * 4 * 4 * 4) * (3 * 3 * 3)
+
+    from kformer.layers import MultiHeadAttention
+
+    x = keras.Input((6, 8))
+    attention = keras.Model(x, MultiHeadAttention(num_heads=2, key_dim=4)(x, x))
+    projections = 4 * 2 * 6 * 8 * 8  # q, k, v, output: 6 tokens, 8 -> 2 heads x 4 -> 8
+    scores_and_sum = 2 * 2 * (2 * 6 * 6 * 4)  # per head: QK^T and PV
+    assert recipe_steps.forward_flops(attention, np.ones((1, 6, 8), "float32")) == projections + scores_and_sum
+
+
+@pytest.mark.tf_only
+@pytest.mark.parametrize("recipe", recipe_steps.RECIPES)
+def test_each_batch_has_the_recipes_default_shape(recipe):
+    model, data, args = recipe_steps.build(recipe)
+    x = data[0]
+    first = x["token_ids"] if recipe == "mini_bert" else x["encoder_token_ids"] if recipe == "translator" else x
+    assert first.shape[0] == args.batch_size
+    if recipe.startswith("vit"):
+        assert first.shape[1:] == tuple(model.input_shape[1:])
+    else:
+        assert first.shape[1] == args.sequence_length and first.max() < args.vocabulary_size
+    if recipe.startswith("vit"):  # the dataset flag reaches the recipe's parser, which picks the preset
+        assert args.preset == {"vit_mnist": "vit_tiny", "vit_cifar10": "vit_conv_stem_cifar"}[recipe]
+
+
+def test_step_seconds_times_fit_steps():
+    model, data, _ = recipe_steps.build("vit_mnist")
+    seconds = recipe_steps.step_seconds(model, data, warmup=1, steps=2)
+    assert 0 < seconds < 60
+    assert model.optimizer.iterations.numpy() == 3  # warm-up + measured steps all ran through fit
+
+
+def test_bad_flags_name_the_flag_and_the_value(capsys):
+    with pytest.raises(SystemExit):
+        recipe_steps.parse_args(["--recipes", "imdb,bogus"])
+    assert "--recipes: unknown ['bogus']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe_steps.parse_args(["--steps", "0"])
+    assert "--steps 0" in capsys.readouterr().err
