@@ -17,7 +17,7 @@ BLEU is also reported on the test pairs whose English sentence is not in
 train (Tatoeba repeats sentences; `--split-by source` removes all of them).
 Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
 (`text` in, `translation` out; greedy by default, `translate_beam`; both
-with the no-repeat rule),
+with the no-repeat rule; `--serving-xla` adds `translate_xla`),
 `model.keras` (the `Translator` with both vocabularies:
 `kformer.models.load(version_dir).translate(["How are you?"])`), `config.json`,
 `metrics.json` (with sample translations) and the training logs.
@@ -53,6 +53,9 @@ def parse_args(argv=None):
                         "on the en-es source split, in 3.5x the decoding time: docs/RESULTS.md)")
     p.add_argument("--no-repeat-ngram-size", type=common.bounded(int, 0, 16), default=3,
                    help="never repeat an n-gram in a translation (test and export; 0 = off)")
+    p.add_argument("--serving-xla", action="store_true",
+                   help="also export `translate_xla`: greedy decoding compiled by XLA, about 2x faster on a CPU; "
+                        "TF Serving needs --xla_cpu_compilation_enabled=true for it (docs/BENCHMARKS.md)")
     p.add_argument("--split-by", choices=translation.SPLIT_BY, default="pair",
                    help="spa-eng: split the pairs, or the distinct English sentences (full file only)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
@@ -135,7 +138,8 @@ def main(argv=None):
     card = dict(recipe="train_translator", dataset=args.dataset, limits=LIMITS)
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
-        export_options={"num_beams": max(4, args.num_beams), "no_repeat_ngram_size": args.no_repeat_ngram_size},
+        export_options={"num_beams": max(4, args.num_beams), "no_repeat_ngram_size": args.no_repeat_ngram_size,
+                        "xla": args.serving_xla},
         log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_attention(model, [attention_example(test_sources)], layer=-1,
                                              attention="cross")))

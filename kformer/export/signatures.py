@@ -6,7 +6,8 @@ request. An endpoint factory takes the task, its preprocessor and the export
 options and returns a function of TensorFlow tensors that runs the task's own
 preprocessor, the model (and a decoding loop) in the graph. Only core
 TensorFlow ops: a plain `tensorflow` process and the stock TF Serving binary
-run them.
+run them. The one exception is opt-in: a signature with an `option` (such as
+`translate_xla`) is written only when that export option is true.
 """
 
 import collections
@@ -16,7 +17,7 @@ import tensorflow as tf
 
 from kformer.data.wordpiece import MASK
 
-Signature = collections.namedtuple("Signature", "name inputs outputs endpoint warmup")
+Signature = collections.namedtuple("Signature", "name inputs outputs endpoint warmup option", defaults=(None,))
 Signature.__doc__ = """One serving signature of a task type.
 
 Args:
@@ -25,11 +26,13 @@ Args:
     outputs: tuple of output names.
     endpoint: callable `(task, preprocessor, options) -> fn(*inputs) -> dict of outputs`.
     warmup: callable `() -> {input name: numpy array}`, one real request.
+    option: str or None. An export option that must be true for this
+        signature to be written (`None`: always written).
 
 Example:
 
 >>> [s.name for s in SIGNATURES["translation"]]
-['serving_default', 'translate_beam']
+['serving_default', 'translate_beam', 'translate_xla']
 """
 WARMUP_TEXTS = ["A warmup request.", "Ein [MASK] Satz."]
 LABEL_OUTPUTS = ("label", "label_id", "probabilities")
@@ -48,7 +51,8 @@ def classify_text(task, preprocessor, options):
     return classify
 
 
-def translate(strategy):
+def translate(strategy, jit_compile=False):
+    """Text `(batch,)` -> `translation`; with `jit_compile`, the decoding loop is one XLA-compiled function."""
     def make(task, preprocessor, options):
         from kformer.models.generate import decode_function
 
@@ -56,6 +60,8 @@ def translate(strategy):
                                  num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
                                  end_token_id=preprocessor.end_token_id,
                                  no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+        if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
+            decode = tf.function(decode, jit_compile=True, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
         def translate_text(text):
             source = preprocessor.inputs(text)["encoder_token_ids"]
@@ -141,7 +147,9 @@ SIGNATURES = {
         Signature("serving_default", TEXT, LABEL_OUTPUTS, classify_text, TEXT_WARMUP),),
     "translation": (
         Signature("serving_default", TEXT, ("translation",), translate("greedy"), TEXT_WARMUP),
-        Signature("translate_beam", TEXT, ("translation",), translate("beam"), TEXT_WARMUP)),
+        Signature("translate_beam", TEXT, ("translation",), translate("beam"), TEXT_WARMUP),
+        Signature("translate_xla", TEXT, ("translation",), translate("greedy", jit_compile=True), TEXT_WARMUP,
+                  option="xla")),
     "text_generation": (
         Signature("serving_default", {"prompt": (tf.string, [None])}, ("completion", "text"),
                   generate_text("greedy"), PROMPT_WARMUP),
@@ -159,20 +167,25 @@ SIGNATURES = {
 }
 
 
-def signatures_of(task_type):
-    """The `Signature`s of `task_type`; a ValueError names an unknown one.
+def signatures_of(task_type, options=None):
+    """The `Signature`s of `task_type` that `options` turn on; a ValueError names an unknown type.
 
     Args:
         task_type: str. A task class's `task_type` (`"text_classification"`, ...).
+        options: dict of export options (`None`: none). A signature with an
+            `option` is included only when `options[option]` is true.
 
     Example:
 
     >>> [s.name for s in signatures_of("image_classification")]
     ['serving_default', 'classify_images']
+    >>> [s.name for s in signatures_of("translation", {"xla": True})]
+    ['serving_default', 'translate_beam', 'translate_xla']
     """
     if task_type not in SIGNATURES:
         raise ValueError(f"No serving signatures for task type {task_type!r}; known: {sorted(SIGNATURES)}.")
-    return SIGNATURES[task_type]
+    options = options or {}
+    return tuple(s for s in SIGNATURES[task_type] if s.option is None or options.get(s.option))
 
 
 def write_saved_model(task, preprocessor, options, directory):
@@ -182,7 +195,7 @@ def write_saved_model(task, preprocessor, options, directory):
     archive = keras.export.ExportArchive()
     archive.track(task)
     archive.track(preprocessor)
-    for signature in signatures_of(task.task_type):
+    for signature in signatures_of(task.task_type, options):
         specs = [tf.TensorSpec(shape, dtype, name=name) for name, (dtype, shape) in signature.inputs.items()]
         archive.add_endpoint(signature.name, signature.endpoint(task, preprocessor, options),
                              input_signature=specs)

@@ -7,19 +7,19 @@ import tensorflow as tf
 from kformer.export.signatures import signatures_of
 
 
-def requests(task_type):
-    """`[(signature_name, {input_name: numpy array})]`: one small real request per signature."""
-    return [(signature.name, signature.warmup()) for signature in signatures_of(task_type)]
+def requests(task_type, options=None):
+    """`[(signature_name, {input_name: numpy array})]`: one small real request per exported signature."""
+    return [(signature.name, signature.warmup()) for signature in signatures_of(task_type, options)]
 
 
-def write(directory, task_type, model_name):
-    """Write the warmup records of `task_type`'s signatures into the SavedModel `directory`."""
+def write(directory, task_type, model_name, options=None):
+    """Write the warmup records of `task_type`'s signatures (those `options` turn on) into the SavedModel `directory`."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     path = pathlib.Path(directory) / "assets.extra" / "tf_serving_warmup_requests"
     path.parent.mkdir(parents=True, exist_ok=True)
     with tf.io.TFRecordWriter(str(path)) as writer:
-        for signature, inputs in requests(task_type):
+        for signature, inputs in requests(task_type, options):
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
             for name, value in inputs.items():

@@ -83,8 +83,8 @@ def _export_translator(tokenizer, base, text, add):
     translator = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                    preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 16))
     path = export.export_for_serving(translator, base / "translator", max_length=10, num_beams=3,
-                                     no_repeat_ngram_size=2)
-    for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam")):
+                                     no_repeat_ngram_size=2, xla=True)
+    for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam"), ("translate_xla", "greedy")):
         want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10, no_repeat_ngram_size=2)
         add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)})
 
@@ -146,7 +146,7 @@ def test_classifiers_answer_like_keras(served):
 @exported("translator")
 def test_translations_equal_generate(served):
     pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p]
-    assert len(pairs) == 2
+    assert len(pairs) == 3  # greedy, beam, greedy compiled by XLA
     for want, got in pairs:
         assert got["translation"].tolist() == want["translation"].tolist()
 
@@ -209,6 +209,19 @@ def test_saved_model_cli_lists_signatures(served):
     assert "inputs['image_bytes'] tensor_info:\n        dtype: DT_STRING" in vit_export
 
 
+@exported("translator")
+def test_only_translate_xla_is_compiled_by_xla(served):
+    path = next(p for p, _, _ in served[0] if "translator" in p)
+    signatures = tf.saved_model.load(path).signatures
+
+    def must_compile(name):
+        library = signatures[name].graph.as_graph_def().library.function
+        return any(f.attr["_XlaMustCompile"].b for f in library)
+
+    assert must_compile("translate_xla")
+    assert not must_compile("serving_default") and not must_compile("translate_beam")
+
+
 def test_warmup_requests_cover_every_signature(served):
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -254,6 +267,9 @@ def test_bad_arguments_name_the_argument(tokenizer):
     longer.preprocessor = TextClassifierPreprocessor(tokenizer, 32)
     with pytest.raises(ValueError, match="sequence_length=16.*Received: sequence_length=32"):
         export.save_for_serving(longer, "unused")
+    with pytest.raises(ValueError, match="`xla` must be a bool, and True only for translation.*"
+                                         "Received: xla=True for a text_classification task"):
+        export.save_for_serving(fitting, "unused", xla=True)
     lm = models.causal_lm(preset="gpt_tiny", sequence_length=16, preprocessor=CausalLMPreprocessor(tokenizer, 16))
     with pytest.raises(ValueError, match=r"`max_length` must be an int in \[2, 16\].*max_length=40"):
         export.save_for_serving(lm, "unused", max_length=40)

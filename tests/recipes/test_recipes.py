@@ -20,9 +20,11 @@ COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
 
 @pytest.mark.only_backend("tensorflow")  # with its beam-search export
 def test_translator_recipe(tmp_path):
+    import tensorflow as tf
+
     run_dir = train_translator.main(COMMON + [
         "--preset=transformer_tiny", "--vocabulary-size=300", "--sequence-length=16",
-        "--batch-size=16", "--no-repeat-ngram-size=3", f"--output-dir={tmp_path}"])
+        "--batch-size=16", "--no-repeat-ngram-size=3", "--serving-xla", f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "transformer_tiny_spa-eng" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0
@@ -33,7 +35,11 @@ def test_translator_recipe(tmp_path):
     model = models.load(run_dir)
     assert model.encoder_embedding.vocabulary_size == model.preprocessor.source_tokenizer.vocabulary_size
     assert isinstance(model.translate("How are you?", max_length=4), str)
-    assert (run_dir / "saved_model.pb").is_file()
+    served = tf.saved_model.load(str(run_dir)).signatures
+    assert set(served) == {"serving_default", "translate_beam", "translate_xla"}
+    text = tf.constant(["How are you?"])
+    assert served["translate_xla"](text=text)["translation"].numpy().tolist() == \
+        served["serving_default"](text=text)["translation"].numpy().tolist()
     assert_figures(run_dir, min_pixels=(100, 300))  # cross-attention of a short translation: wide, low
 
 
