@@ -133,8 +133,14 @@ class TransformerBlock(keras.layers.Layer):
         """
         out = sublayer(norm(x) if self.normalize_first else x)
         out, extra = (out[0], tuple(out[1:])) if isinstance(out, tuple) else (out, ())
-        y = x + dropout(out, training=training)
+        y = x + self._drop(dropout, out, training)
         return (y if self.normalize_first else norm(y)), extra
+
+    def _drop(self, dropout, x, training):
+        """Residual dropout; no layer call when it cannot act (inference or rate 0): fewer calls per decoding step."""
+        if self.dropout == 0 or training is None or training is False:
+            return x
+        return dropout(x, training=training)
 
     def _run_feed_forward(self, x, padding_mask, training):
         def feed_forward(h):

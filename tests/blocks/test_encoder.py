@@ -114,3 +114,18 @@ def test_attention_scores_follow_the_keras_mask_and_trace_symbolically():
     np.testing.assert_array_equal(scores[0, :, :, 3], 0.0)
     np.testing.assert_array_equal(scores[1, :, :, 1:], 0.0)
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("block_class", ["encoder", "decoder"])
+def test_residual_dropout_acts_in_training_only_also_through_a_model(block_class):
+    from kformer.blocks import TransformerDecoderBlock
+
+    block = (TransformerEncoderBlock if block_class == "encoder" else TransformerDecoderBlock)(
+        num_heads=2, intermediate_dim=16, dropout=0.5)
+    inputs = keras.Input((6, 8))
+    model = keras.Model(inputs, block(inputs))  # training reaches the block through Keras's call context
+    inference = [to_numpy(model(X)), to_numpy(model(X, training=False)), to_numpy(block(X))]
+    for out in inference[1:]:
+        np.testing.assert_allclose(out, inference[0], rtol=1e-5, atol=1e-5)
+    first, second = to_numpy(model(X, training=True)), to_numpy(model(X, training=True))
+    assert not np.allclose(first, inference[0]) and not np.allclose(first, second)
