@@ -155,32 +155,38 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for flag in ("configs", "impls", "backends"):
-        values = getattr(args, flag).split(",")
-        known = {"configs": CONFIGS, "impls": IMPLS,
-                 "backends": ("tensorflow", "jax", "torch")}[flag]
-        bad = [v for v in values if v not in known]
-        if bad:
-            parser.error(f"--{flag}: unknown {bad}; expected a comma-separated subset of {list(known)}")
-        setattr(args, flag, values)
+    for flag, known in (("configs", CONFIGS), ("impls", IMPLS), ("backends", ("tensorflow", "jax", "torch"))):
+        setattr(args, flag, comma_choices(parser, flag, getattr(args, flag), known))
     if min(args.steps, args.warmup, args.rounds) < 1:
         parser.error("--steps, --warmup and --rounds must be >= 1. Received: "
                      f"{args.steps}, {args.warmup}, {args.rounds}")
     if args.worker:
         return worker(args)
 
-    all_results = []
-    for backend in args.backends:
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-        cmd = [sys.executable, __file__, "--worker", "--configs", ",".join(args.configs),
-               "--impls", ",".join(args.impls), "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
-        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-        if out.returncode or not line:
-            sys.exit(f"{backend} worker failed with exit code {out.returncode}")
-        all_results.append(json.loads(line[-1][7:]))
+    argv = ["--worker", "--configs", ",".join(args.configs), "--impls", ",".join(args.impls),
+            "--steps", str(args.steps), "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
+    all_results = [run_worker([sys.executable, __file__, *argv], backend) for backend in args.backends]
     print(report(all_results, args))
+
+
+def comma_choices(parser, flag, value, known):
+    """`value` ("a,b") -> ["a", "b"]; a parser error names `--flag` and every item not in `known`."""
+    values = value.split(",")
+    bad = [v for v in values if v not in known]
+    if bad:
+        parser.error(f"--{flag.replace('_', '-')}: unknown {bad}; expected a comma-separated subset of "
+                     f"{list(known)}. Received: {value!r}")
+    return values
+
+
+def run_worker(command, backend):
+    """Run a benchmark's worker `command` under `backend`; returns the JSON of its last `RESULT ` line."""
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
+    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    if out.returncode or not line:
+        sys.exit(f"the {backend} worker ({' '.join(command[1:])}) failed with exit code {out.returncode}")
+    return json.loads(line[-1][len("RESULT "):])
 
 
 def report(all_results, args):

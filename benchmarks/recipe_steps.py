@@ -22,10 +22,10 @@ Each backend runs in its own subprocess; one table comes out.
 import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 import time
+
+from benchmarks import encoder_throughput
 
 RECIPES = ("imdb", "translator", "vit_mnist", "vit_cifar10", "mini_bert", "gpt")
 RECIPE_ARGV = {
@@ -159,8 +159,6 @@ def worker(args):
 
     tf.get_logger().setLevel("ERROR")  # one fit per model: its retracing warnings say nothing here
 
-    from benchmarks.encoder_throughput import matmul_peak
-
     if args.count_flops:
         rows = {}
         for recipe in args.recipes:
@@ -169,7 +167,8 @@ def worker(args):
             keras.backend.clear_session()
         print("RESULT " + json.dumps(rows), flush=True)
         return
-    result = {"backend": keras.backend.backend(), "jit_compile": args.jit, "peak_gflops": matmul_peak(), "rows": {}}
+    result = {"backend": keras.backend.backend(), "jit_compile": args.jit,
+              "peak_gflops": encoder_throughput.matmul_peak(), "rows": {}}
     for recipe in args.recipes:
         model, data, recipe_defaults = build(recipe, JIT[args.jit])
         seconds = step_seconds(model, data, args.warmup, args.steps)
@@ -187,13 +186,7 @@ def _shape(x):
 
 
 def run_worker(backend, argv):
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-    out = subprocess.run([sys.executable, "-m", "benchmarks.recipe_steps", "--worker", *argv], env=env,
-                         stdout=subprocess.PIPE, text=True)
-    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    if out.returncode or not line:
-        sys.exit(f"the {backend} worker ({' '.join(argv)}) failed with exit code {out.returncode}")
-    return json.loads(line[-1][len("RESULT "):])
+    return encoder_throughput.run_worker([sys.executable, "-m", "benchmarks.recipe_steps", "--worker", *argv], backend)
 
 
 def report(flops, results):
@@ -222,7 +215,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--recipes", default=",".join(RECIPES))
-    parser.add_argument("--jit-compile", default="auto", help="TensorFlow only (JAX always compiles, torch runs eager): comma-separated auto, true, false, one row each")
+    parser.add_argument("--jit-compile", default="auto",
+                        help="TensorFlow only (JAX always compiles, torch runs eager): comma-separated auto, true, "
+                             "false, one row each")
     parser.add_argument("--steps", type=int, default=10, help="measured steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped first (compilation)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -230,12 +225,7 @@ def parse_args(argv=None):
     parser.add_argument("--jit", default="auto", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for flag, known in (("backends", BACKENDS), ("recipes", RECIPES), ("jit_compile", tuple(JIT))):
-        values = getattr(args, flag).split(",")
-        bad = [v for v in values if v not in known]
-        if bad or not values:
-            parser.error(f"--{flag.replace('_', '-')}: unknown {bad}; expected a comma-separated subset of "
-                         f"{list(known)}. Received: {getattr(args, flag)!r}")
-        setattr(args, flag, values)
+        setattr(args, flag, encoder_throughput.comma_choices(parser, flag, getattr(args, flag), known))
     if args.steps < 1 or args.warmup < 1:
         parser.error(f"--steps and --warmup must be >= 1. Received: --steps {args.steps}, --warmup {args.warmup}")
     return args
