@@ -62,11 +62,11 @@ def build(impl, c):
 
     ids = keras.Input((c["seq"],), dtype="int32")
     if impl == "kformer":
-        from kformer import layers
+        from kformer import blocks, layers
 
         x = layers.TokenAndPositionEmbedding(c["vocab"], c["seq"], c["dim"])(ids)
         for _ in range(c["blocks"]):
-            x = layers.TransformerEncoderBlock(c["heads"], c["ff"], dropout=0.1)(x)
+            x = blocks.TransformerEncoderBlock(c["heads"], c["ff"], dropout=0.1)(x)
     elif impl == "keras_hub":
         import keras_hub
 
