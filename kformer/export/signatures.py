@@ -195,8 +195,25 @@ def write_saved_model(task, preprocessor, options, directory):
     archive = keras.export.ExportArchive()
     archive.track(task)
     archive.track(preprocessor)
+    _store_each_weight_once(archive)
     for signature in signatures_of(task.task_type, options):
         specs = [tf.TensorSpec(shape, dtype, name=name) for name, (dtype, shape) in signature.inputs.items()]
         archive.add_endpoint(signature.name, signature.endpoint(task, preprocessor, options),
                              input_signature=specs)
     archive.write_out(str(directory), verbose=False)
+
+
+def _store_each_weight_once(archive):
+    """Track the `tf.Variable`s, not their `keras.Variable` wrappers.
+
+    Keras 3.15 saves every weight twice in a SavedModel: `track()` keeps the
+    wrappers and the traced endpoints capture the `tf.Variable`s inside them,
+    two objects that TensorFlow's checkpoint cannot merge (keras-team/keras
+    #23553: twice the size on disk and twice the memory in TF Serving). With
+    the wrapped variables tracked, each weight is written once.
+    """
+    trackable = archive._tf_trackable
+    for name in ("variables", "trainable_variables", "non_trainable_variables"):
+        unwrapped = [v.value if isinstance(getattr(v, "value", None), tf.Variable) else v
+                     for v in getattr(trackable, name)]
+        setattr(trackable, name, unwrapped)

@@ -143,6 +143,18 @@ def test_classifiers_answer_like_keras(served):
     assert np.isfinite(served[2][0]["probabilities"]).all()  # empty and over-long texts: defined
 
 
+def test_each_weight_is_stored_once(served):
+    # Keras 3.15 writes every weight twice (keras-team/keras#23553); kformer's export must not.
+    for path in sorted({p for p, _, _ in served[0]}):
+        reader = tf.train.load_checkpoint(str(pathlib.Path(path) / "variables" / "variables"))
+        seen = {}
+        for key in reader.get_variable_to_shape_map():
+            value = reader.get_tensor(key) if key.endswith("VARIABLE_VALUE") else None
+            if value is not None and value.size > 64 and value.min() != value.max():  # random: a twin is a copy
+                assert seen.setdefault(value.tobytes(), key) == key, (path, key, seen[value.tobytes()])
+        assert seen, path
+
+
 @exported("translator")
 def test_translations_equal_generate(served):
     pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p]
