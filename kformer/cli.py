@@ -2,7 +2,7 @@
 
     kformer list [--params]                   the presets (and parameter counts)
     kformer train imdb --epochs 1             a recipe (source checkout: recipes/ and data/)
-    kformer predict saved_models/imdb_small/1 "A fine film."
+    kformer predict saved_models/imdb_bigram/1 "A fine film."
     kformer export model.keras --output-dir exports/imdb
 
 `--help` works at every level; bad flags exit 2 naming the flag.

@@ -8,7 +8,10 @@
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
 
 A WordPiece vocabulary is learned from the training split; a review longer
-than `--sequence-length` keeps its last tokens (`--truncation`). Writes
+than `--sequence-length` keeps its last tokens (`--truncation`). The default
+preset, `imdb_bigram`, adds a hashed embedding of each word-piece bigram to the
+token embeddings (fastText's bigrams inside the transformer): 89 % test
+accuracy on the full data against 87 % for `imdb_small` (docs/RESULTS.md). Writes
 `<output-dir>/<preset>/<version>/`: the TF Serving SavedModel (raw text in:
 `label`, `label_id`, `probabilities` out), `model.keras` (the `TextClassifier`
 with its preprocessor: `kformer.models.load(version_dir).predict(["A fine film."])`),
@@ -29,12 +32,12 @@ ATTENTION_EXAMPLE = "A wonderful, moving film, though the ending drags a little.
 LIMITS = ["English movie reviews only; other domains and languages are untested.",
           "Reviews are cut to --sequence-length tokens (--truncation: the last ones by default, so the "
           "opening of a long review is lost; head_tail keeps both ends).",
-          "A small model trained on the bundled sample by default (about 0.85 test accuracy here); "
+          "A small model trained on the bundled sample by default (about 0.87 test accuracy here); "
           "--data-dir with the full 25k reviews does better."]
 
 
 def parse_args(argv=None):
-    p = common.make_parser(__doc__, builder="imdb_classifier", preset="imdb_small", epochs=3,
+    p = common.make_parser(__doc__, builder="imdb_classifier", preset="imdb_bigram", epochs=3,
                            batch_size=32, learning_rate=1e-3, tfds=True)
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=20000,
                    help="WordPiece tokens to learn (default 20000: validation accuracy 0.890 vs 0.879 with "

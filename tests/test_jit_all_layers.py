@@ -16,7 +16,7 @@ def _model():
     images = keras.Input((8, 8, 3), name="images")
     embed = layers.TokenAndPositionEmbedding(50, 8, 16, mask_zero=True, name="embedding")
     x = embed(ids)
-    x = x + layers.SinusoidalPositionEncoding()(x)
+    x = x + layers.SinusoidalPositionEncoding()(x) + layers.HashedNgramEmbedding(64, 16, name="bigrams")(ids)
     x = blocks.TransformerEncoderBlock(2, 32, dropout=0.1, num_experts=2, name="encoder")(x)
     patches = layers.PatchEmbedding(4, 16, name="patches")(images)
     patches = layers.PositionEmbedding(5)(patches) + patches

@@ -4,7 +4,7 @@ Imported explicitly (`from kformer import export`), never by `import kformer`:
 it imports TensorFlow.
 
     from kformer import export, models
-    task = models.load("saved_models/imdb_small/1")       # or any task with its preprocessor
+    task = models.load("saved_models/imdb_bigram/1")       # or any task with its preprocessor
     path = export.export_for_serving(task, "saved_models/imdb")   # -> saved_models/imdb/<version>/
 """
 

@@ -9,6 +9,7 @@ from kformer.layers.convolution import ConformerConvolution, ConvolutionSubsampl
 from kformer.layers.embedding import PatchEmbedding, TokenAndPositionEmbedding
 from kformer.layers.feed_forward import FeedForward
 from kformer.layers.moe import MixtureOfExperts
+from kformer.layers.ngram import HashedNgramEmbedding
 from kformer.layers.pooling import ClassTokenPooling, MaskedMeanPooling
 from kformer.layers.position import (
     PositionEmbedding,
@@ -23,6 +24,7 @@ __all__ = [
     "ConvolutionSubsampling",
     "MaskedMeanPooling",
     "FeedForward",
+    "HashedNgramEmbedding",
     "MixtureOfExperts",
     "MultiHeadAttention",
     "PatchEmbedding",

@@ -104,6 +104,9 @@ def plot_attention(model_or_layer, inputs, layer=0, attention="self", head=None,
     heads = list(range(scores.shape[1])) if head is None else [head]
     maps = scores[index][heads][:, keep[0]][:, :, keep[1]]  # (shown heads, real queries, real keys)
     title = f"{block.name}: {attention}-attention" + (f" (example {index})" if len(scores) > 1 else "")
+    hidden = 1.0 - float(maps.sum(-1).mean())  # attended padding (an unmasked model), not drawn
+    if hidden > 0.01:
+        title += f"\n{hidden:.0%} of the attention falls on padding (not shown)"
     return _draw(maps, heads, labels, title, cmap, figsize)
 
 

@@ -95,9 +95,9 @@ def test_imdb_side_by_side_on_the_bundled_sample(tmp_path):
                           "--verbose", "0"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "quality_vs_anchor_imdb.json").read_text())
-    recipe = report["recipe"]["metrics"]["imdb_small"]
+    recipe = report["recipe"]["metrics"]["imdb_bigram"]
     assert recipe["epochs"] == 1 and recipe["test_examples"] == 96
     assert set(report["anchor"]) == {"keras example (tail 200 words)", "keras example (head 200 words)"}
     for result in [recipe, *report["anchor"].values()]:
         assert 0.0 <= result["test_accuracy"] <= 1.0
-    assert "kformer imdb_small" in out.stdout and "keras example (tail 200 words)" in out.stdout
+    assert "kformer imdb_bigram" in out.stdout and "keras example (tail 200 words)" in out.stdout

@@ -15,6 +15,12 @@ CASES = [  # (what, build, argument named in the message)
                                                 decoder_vocabulary_size=100), "encoder_vocabulary_size"),
     ("a bool size", lambda: models.imdb_classifier(preset="imdb_tiny", vocabulary_size=True), "vocabulary_size"),
     ("one class", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, num_classes=1), "num_classes"),
+    ("negative n-gram buckets", lambda: models.imdb_classifier(preset="imdb_bigram", **TEXT, ngram_buckets=-1),
+     "ngram_buckets"),
+    ("n-grams of one token", lambda: models.imdb_classifier(preset="imdb_bigram", **TEXT, ngram_size=1),
+     "ngram_size"),
+    ("a string mask flag", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, mask_padding="no"),
+     "mask_padding"),
     ("zero channels", lambda: models.vit(preset="vit_tiny", channels=0), "channels"),
     ("BERT classifier, one class", lambda: models.mini_bert_classifier(
         models.mini_bert(preset="bert_tiny", **TEXT), 1), "num_classes"),
