@@ -210,7 +210,9 @@ def _store_each_weight_once(archive):
     wrappers and the traced endpoints capture the `tf.Variable`s inside them,
     two objects that TensorFlow's checkpoint cannot merge (keras-team/keras
     #23553: twice the size on disk and twice the memory in TF Serving). With
-    the wrapped variables tracked, each weight is written once.
+    the wrapped variables tracked, each weight is written once. `_tf_trackable`
+    is private to Keras (pinned in constraints.txt); `test_each_weight_is_stored_once`
+    catches a Keras that changes it.
     """
     trackable = archive._tf_trackable
     for name in ("variables", "trainable_variables", "non_trainable_variables"):

@@ -84,7 +84,7 @@ def test_text_classifier_attention_shows_tokens_without_padding(tmp_path):
     fig = plot_attention(model, np.array([[7, 8, 0, 0, 0, 0, 0, 0]]), layer=model.encoder_blocks[0], head=1)
     assert len(fig.axes) == 2 and fig.axes[0].get_title() == "head 1"
     assert ticks(fig.axes[0])[0] == ["a", "fine"]
-    assert "padding" not in fig._suptitle.get_text()  # masked: every weight is drawn
+    assert "padding" not in fig.get_suptitle()  # masked: every weight is drawn
     check_png(fig, tmp_path)
 
 
@@ -95,7 +95,7 @@ def test_attention_on_padding_of_an_unmasked_classifier_is_stated(tmp_path):
     assert ticks(fig.axes[0]) == (FILM, FILM)  # padding still left out of the axes
     missing = 1.0 - np.mean([shown(ax).sum(-1).mean() for ax in fig.axes[:2]])
     assert missing > 0.05
-    assert f"{missing:.0%} of the attention falls on padding" in fig._suptitle.get_text()
+    assert f"{missing:.0%} of the attention falls on padding" in fig.get_suptitle()
     check_png(fig, tmp_path)
 
 
