@@ -68,10 +68,17 @@ def _train(parser, argv):
             return 0
         parser.error(f"train: expected a recipe, one of {list(RECIPES)}; got {argv[0] if argv else 'none'!r}")
     import importlib
+    import os
 
+    # The installed `kformer` script's sys.path holds its bin/ folder, not the
+    # working directory: add the checkout the user runs it from.
+    if os.path.isfile(os.path.join("recipes", "__init__.py")) and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         recipe = importlib.import_module(f"recipes.{RECIPES[argv[0]]}")
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as err:
+        if err.name not in ("recipes", f"recipes.{RECIPES[argv[0]]}"):
+            raise  # a missing dependency inside the recipe: its own message is the clear one
         sys.exit("error: `kformer train` runs the recipes in the source checkout (recipes/ and the bundled "
                  "data/): run it from the repository root, where `python -m recipes.train_imdb` also works.")
     recipe.main(argv[1:])

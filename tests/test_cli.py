@@ -74,3 +74,25 @@ def test_image_files_are_classified(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["predict", str(tmp_path / "vit.keras"), str(tmp_path / "vit.keras")])
     assert "is not a PNG, JPEG" in capsys.readouterr().err
+
+
+@pytest.mark.tf_only
+def test_installed_script_trains_from_the_checkout_root(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "kformer"
+    if not script.is_file():
+        pytest.skip("the `kformer` console script is not installed (pip install -e .)")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    env.pop("PYTHONPATH", None)  # as a user's shell has it: only the script's own sys.path
+    ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert "--data-dir" in ran.stdout and "--preset" in ran.stdout
+    ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 1 and "run it from the repository root" in ran.stderr
