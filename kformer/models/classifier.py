@@ -30,7 +30,7 @@ class TextClassifier(ClassifierTask):
         pooling: `"mean"` or `"cls"`. Defaults to `"mean"`.
         normalize_first: bool. Pre-norm blocks and a final norm. Defaults to `False`.
         ngram_buckets: int. Rows of the hashed n-gram table; `0` (the default) for none.
-        ngram_size: int >= 2. Tokens per hashed n-gram. Defaults to `2`.
+        ngram_size: int >= 2. Tokens per hashed n-gram (with `ngram_buckets` only). Defaults to `2`.
         mask_padding: bool. `False`: padding (id 0) takes part in attention and
             in the mean, as in the Keras example (no `mask_zero`); inputs are
             always padded to `sequence_length`, so a text's prediction does not
@@ -65,6 +65,9 @@ class TextClassifier(ClassifierTask):
         if not isinstance(ngram_buckets, int) or isinstance(ngram_buckets, bool) or ngram_buckets < 0:
             raise ValueError(f"`ngram_buckets` must be an int >= 0 (0: no n-grams). "
                              f"Received: ngram_buckets={ngram_buckets!r}")
+        if not ngram_buckets and ngram_size != 2:
+            raise ValueError(f"`ngram_size` takes effect only with `ngram_buckets` > 0. Received: "
+                             f"ngram_size={ngram_size!r}, ngram_buckets={ngram_buckets!r}")
         if not isinstance(mask_padding, bool):
             raise ValueError(f"`mask_padding` must be a bool. Received: mask_padding={mask_padding!r}")
         if pooling not in POOLINGS:

@@ -19,6 +19,8 @@ CASES = [  # (what, build, argument named in the message)
      "ngram_buckets"),
     ("n-grams of one token", lambda: models.imdb_classifier(preset="imdb_bigram", **TEXT, ngram_size=1),
      "ngram_size"),
+    ("an n-gram size without buckets", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, ngram_size=3),
+     "ngram_size"),
     ("a string mask flag", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, mask_padding="no"),
      "mask_padding"),
     ("zero channels", lambda: models.vit(preset="vit_tiny", channels=0), "channels"),
