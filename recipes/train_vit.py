@@ -1,13 +1,14 @@
 """Train a Vision Transformer on CIFAR-10 or MNIST, evaluate top-1/top-5, save and export it.
 
     python -m recipes.train_vit                                   # MNIST, bundled sample
-    python -m recipes.train_vit --dataset cifar10                 # vit_conv_stem_cifar
-    python -m recipes.train_vit --dataset cifar10 --data-dir DATA --epochs 10
+    python -m recipes.train_vit --dataset cifar10                 # vit_hybrid_cifar
+    python -m recipes.train_vit --dataset cifar10 --data-dir DATA --epochs 24 --patience 6  # 79.9 %, 22 min
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --tfds  # TFDS (online)
     python -m recipes.train_vit --epochs 1 --max-examples 256      # quick smoke run
 
-The preset defaults to `vit_tiny` on MNIST and `vit_conv_stem_cifar` (a ViT
-with the convolutional stem of Xiao et al. 2021) on CIFAR-10.
+The preset defaults to `vit_tiny` on MNIST and `vit_hybrid_cifar` on CIFAR-10
+(a hybrid ViT: three stride-2 convolutions, the stem of Xiao et al. 2021, to a
+4x4 map whose cells are the tokens, as the hybrid of Dosovitskiy et al. 2021).
 
 Training uses AdamW with warmup + cosine decay and random shifts (plus flips
 on CIFAR-10). Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving
@@ -24,7 +25,7 @@ from kformer.data import images
 from kformer.data.preprocessors import ImageClassifierPreprocessor
 from recipes import common
 
-DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_conv_stem_cifar"}
+DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_hybrid_cifar"}
 LIMITS = ["Trained from scratch on small images (MNIST 28x28 or CIFAR-10 32x32); other images are resized "
           "to that size and are out of domain.",
           "ViTs need much data; without pretraining, accuracy stays below a CNN of the same cost."]
@@ -41,7 +42,7 @@ def parse_args(argv=None):
     if (preset["image_size"], preset["image_size"], preset["channels"]) != shape:
         p.error(f"--preset {args.preset} takes {preset['image_size']}x{preset['image_size']}x"
                 f"{preset['channels']} images but --dataset {args.dataset} has {shape}; "
-                "use vit_tiny for mnist and vit_conv_stem_cifar or vit_small_cifar for cifar10")
+                "use vit_tiny for mnist and vit_hybrid_cifar, vit_conv_stem_cifar or vit_small_cifar for cifar10")
     return args
 
 

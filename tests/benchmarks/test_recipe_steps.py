@@ -36,7 +36,7 @@ def test_each_batch_has_the_recipes_default_shape(recipe):
     if recipe.startswith("vit"):
         assert first.shape[1:] == tuple(model.input_shape[1:])
         # the dataset flag reaches the recipe's parser, which picks the preset
-        assert args.preset == {"vit_mnist": "vit_tiny", "vit_cifar10": "vit_conv_stem_cifar"}[recipe]
+        assert args.preset == {"vit_mnist": "vit_tiny", "vit_cifar10": "vit_hybrid_cifar"}[recipe]
     else:
         assert first.shape[1] == args.sequence_length and first.max() < args.vocabulary_size
 

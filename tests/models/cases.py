@@ -29,8 +29,11 @@ PAPER_PARAMS = {
 
 
 def small_model(name, **extra):
-    builder = models.get_preset(name)["builder"]
-    return models.build(name, **{**SMALL[builder], **extra})
+    preset = models.get_preset(name)
+    small = dict(SMALL[preset["builder"]])
+    if preset.get("stem_channels"):  # a stride-2 convolution per stem entry must fit in a patch
+        small["patch_size"] = max(small["patch_size"], 2 ** len(preset["stem_channels"]))
+    return models.build(name, **{**small, **extra})
 
 
 def random_inputs(model, batch=2, length=8, seed=0):

@@ -45,7 +45,7 @@ def test_translator_recipe(tmp_path):
 
 @pytest.mark.parametrize("dataset, preset", [
     pytest.param("mnist", "vit_tiny", marks=pytest.mark.only_backend("tensorflow")),  # with its export
-    pytest.param("cifar10", None, marks=pytest.mark.only_backend("torch")),  # vit_conv_stem_cifar
+    pytest.param("cifar10", None, marks=pytest.mark.only_backend("torch")),  # vit_hybrid_cifar
 ])
 def test_vit_recipe(tmp_path, dataset, preset):
     flags = COMMON + [f"--dataset={dataset}", "--batch-size=32", f"--output-dir={tmp_path}"]
@@ -59,7 +59,7 @@ def test_vit_recipe(tmp_path, dataset, preset):
     assert model.predict(np.zeros((2, 50, 40, 3), "uint8"), verbose=0).shape == (2, 10)  # any size
     assert len(model.predict_labels([np.zeros((20, 20, 1), "uint8")])) == 1
     assert (run_dir / "saved_model.pb").is_file() == (dataset == "mnist")
-    assert run_dir.parent.name == ("vit_tiny_mnist" if dataset == "mnist" else "vit_conv_stem_cifar_cifar10")
+    assert run_dir.parent.name == ("vit_tiny_mnist" if dataset == "mnist" else "vit_hybrid_cifar_cifar10")
     assert_figures(run_dir)  # attention.png: class-token attention rollout over the image
 
 
