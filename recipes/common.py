@@ -328,10 +328,18 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
     return write
 
 
-def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor):
+def warmup_cosine(peak, steps, warmup_fraction=0.1):
+    """Learning rate: linear warmup to `peak` over `warmup_fraction` of `steps`, then cosine decay to 0."""
+    warmup = int(steps * warmup_fraction)
+    return keras.optimizers.schedules.CosineDecay(0.0, max(1, steps - warmup), warmup_target=peak,
+                                                  warmup_steps=warmup)
+
+
+def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoch=None):
     """`model.fit` with the recipe callbacks; exits (writing nothing) if training diverged."""
     history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=args.verbose,
-                        shuffle=False, callbacks=callbacks(work_dir, args.patience, monitor))
+                        steps_per_epoch=steps_per_epoch, shuffle=False,
+                        callbacks=callbacks(work_dir, args.patience, monitor))
     check_finite(model, history, work_dir)
     return history
 

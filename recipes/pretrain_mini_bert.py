@@ -4,11 +4,18 @@
     python -m recipes.pretrain_mini_bert --data-dir DATA   # 50k unlabeled + 25k train reviews
     python -m recipes.pretrain_mini_bert --tfds                      # the same, from TFDS (online)
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
+    python -m recipes.pretrain_mini_bert --data-dir DATA --pretrain-steps 6000 --compare-scratch
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
 
 Pretraining text: the unlabeled reviews plus the training reviews (never the
 test split). 15% of tokens are selected (80% [MASK] / 10% random / 10% kept),
-re-masked every batch; sentence pairs are 50% true continuations. Writes
+re-masked every batch; sentence pairs are 50% true continuations. Both stages
+warm up over 10% of their steps, then decay (cosine). `--pretrain-steps` sets
+the pretraining length in optimizer steps (split over `--epochs`); by default
+it is `--epochs` passes over the pairs. `--compare-scratch` fine-tunes a
+randomly initialized backbone with the same total number of optimizer steps
+(pretraining plus fine-tuning, each about as costly), stopping early on
+validation accuracy. Writes
 `<output-dir>/<preset>_mlm/<version>/` (SavedModel with a `fill_mask`
 signature, `model.keras` (with its vocabulary), `metrics.json` with masked-token
 accuracy) and `<output-dir>/<preset>_imdb/<version>/` (the fine-tuned classifier:
@@ -30,6 +37,7 @@ from recipes import common, prepared
 CLASS_NAMES = ["negative", "positive"]
 ATTENTION_EXAMPLES = {"pretrain": "This movie was [MASK], and the acting was great.",
                       "finetune": "A wonderful, moving film, though the ending drags a little."}
+FINETUNE_LR = 5e-4
 LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): a movie-review vocabulary.",
           "With a short pretraining budget it may not beat training from scratch (docs/RESULTS.md).",
           "Inputs are cut to --sequence-length tokens."]
@@ -37,9 +45,13 @@ LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): 
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="mini_bert", preset="bert_tiny", epochs=3,
-                           batch_size=32, learning_rate=5e-4, tfds=True)
-    p.add_argument("--finetune-epochs", type=common.positive_int, default=2)
-    p.add_argument("--finetune-learning-rate", type=common.positive_float, default=1e-4)
+                           batch_size=32, learning_rate=1e-3, tfds=True)
+    p.add_argument("--pretrain-steps", type=common.positive_int, default=None,
+                   help="pretraining optimizer steps, split over --epochs (default: --epochs passes over the pairs)")
+    p.add_argument("--finetune-epochs", type=common.positive_int, default=3)
+    p.add_argument("--finetune-learning-rate", type=common.positive_float, default=FINETUNE_LR)
+    p.add_argument("--scratch-learning-rate", type=common.positive_float, default=1e-3,
+                   help="peak learning rate of the --compare-scratch run")
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
     p.add_argument("--sequence-length", type=common.bounded(int, 8), default=128)
     p.add_argument("--compare-scratch", action="store_true",
@@ -61,13 +73,18 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     held_out = {k: v[cut:] for k, v in pairs.items()}
     masking = mlm.masking_args(tokenizer)
     train_ds = mlm.make_pretraining_dataset(train, args.batch_size, shuffle=True, seed=args.seed, **masking)
+    steps_per_epoch = None
+    if args.pretrain_steps:  # a fixed budget: `--epochs` chunks of the repeated pairs
+        steps_per_epoch = -(-args.pretrain_steps // args.epochs)
+        train_ds = train_ds.repeat()
+    steps = args.epochs * (steps_per_epoch or -(-cut // args.batch_size))
     val_ds = mlm.make_pretraining_dataset(held_out, args.batch_size, dynamic_masking=False, **masking)
     with scope:
         backbone = build_backbone(args, tokenizer.vocabulary_size)
         model = models.mini_bert_pretraining(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
         model.compile(
-            keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
+            keras.optimizers.AdamW(common.warmup_cosine(args.learning_rate, steps), weight_decay=0.01),
             loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True, reduction="mean_with_sample_weight"),
                   "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
@@ -78,7 +95,8 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     if pretrained_path.is_file():
         model.load_weights(pretrained_path)
     else:
-        common.fit(model, train_ds, val_ds, args, args.epochs, work_dir / "pretrain", "val_loss")
+        common.fit(model, train_ds, val_ds, args, args.epochs, work_dir / "pretrain", "val_loss",
+                   steps_per_epoch=steps_per_epoch)
         tmp = pretrained_path.with_name(".tmp-" + pretrained_path.name)  # a kill mid-write must not
         model.save_weights(tmp)                                            # leave a truncated file
         os.replace(tmp, pretrained_path)
@@ -86,21 +104,21 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     metrics = {"masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"]),
                "next_sentence_accuracy": float(results["nsp_logits_sparse_categorical_accuracy"]),
                "pretraining_pairs": cut, "held_out_pairs": len(held_out["nsp_labels"]),
-               "pretraining_texts": len(texts), "epochs": args.epochs,
+               "pretraining_texts": len(texts), "epochs": args.epochs, "pretraining_steps": steps,
                "train_seconds": round(time.time() - start, 1), "backend": keras.backend.backend()}
     return model, backbone, metrics
 
 
-def finetune(args, backbone, preprocessor, datasets, work_dir, scope):
+def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, learning_rate):
+    steps = epochs * datasets["steps_per_epoch"]
     with scope:
         model = models.mini_bert_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
                                             preprocessor=preprocessor)
-        model.compile(keras.optimizers.AdamW(args.finetune_learning_rate, weight_decay=0.01),
+        model.compile(keras.optimizers.AdamW(common.warmup_cosine(learning_rate, steps), weight_decay=0.01),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
-    common.fit(model, datasets["train"], datasets["validation"], args, args.finetune_epochs, work_dir,
-               "val_accuracy")
+    common.fit(model, datasets["train"], datasets["validation"], args, epochs, work_dir, "val_accuracy")
     _, accuracy = model.evaluate(datasets["test"], verbose=0)
     return model, float(accuracy), round(time.time() - start, 1)
 
@@ -125,17 +143,23 @@ def main(argv=None):
     datasets = {"train": preprocessor.dataset(train_texts, train_labels, batch_size=args.batch_size,
                                               shuffle=True, seed=args.seed),
                 "validation": preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size),
-                "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)}
-    classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope)
+                "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size),
+                "steps_per_epoch": -(-len(train_labels) // args.batch_size)}
+    classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope,
+                                             args.finetune_epochs, args.finetune_learning_rate)
     clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),
                    "train_examples": len(train_labels), "finetune_epochs": args.finetune_epochs,
                    "finetune_seconds": seconds, "pretrained": True, "backend": keras.backend.backend()}
-    if args.compare_scratch:
+    if args.compare_scratch:  # the same optimizer steps in all, pretraining's included
+        total = mlm_metrics["pretraining_steps"] + args.finetune_epochs * datasets["steps_per_epoch"]
+        scratch_epochs = -(-total // datasets["steps_per_epoch"])
         keras.utils.set_random_seed(args.seed)
         with scope:
             scratch_backbone = build_backbone(args, tokenizer.vocabulary_size)
-        _, scratch, _ = finetune(args, scratch_backbone, preprocessor, datasets, work_dir / "scratch", scope)
-        clf_metrics["scratch_test_accuracy"] = scratch
+        _, scratch, scratch_seconds = finetune(args, scratch_backbone, preprocessor, datasets, work_dir / "scratch",
+                                               scope, scratch_epochs, args.scratch_learning_rate)
+        clf_metrics.update(scratch_test_accuracy=scratch, scratch_epochs=scratch_epochs,
+                           scratch_seconds=scratch_seconds)
     print(f"fine-tuned IMDB test accuracy: {accuracy:.4f}"
           + (f" (from scratch: {clf_metrics['scratch_test_accuracy']:.4f})" if args.compare_scratch else ""))
 

@@ -71,9 +71,7 @@ def main(argv=None):
     class_names = list(images.CLASS_NAMES[args.dataset])
     config = {"preset": args.preset, **preset, "class_names": class_names, "dataset": args.dataset}
     steps = args.epochs * -(-cut // args.batch_size)
-    schedule = keras.optimizers.schedules.CosineDecay(
-        0.0, max(1, steps - steps // 10), warmup_target=args.learning_rate,
-        warmup_steps=steps // 10)
+    schedule = common.warmup_cosine(args.learning_rate, steps)
     with scope:
         model = models.build(args.preset, class_names=class_names, preprocessor=preprocessor)
         model.compile(keras.optimizers.AdamW(schedule, weight_decay=args.weight_decay),

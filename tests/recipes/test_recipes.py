@@ -67,11 +67,17 @@ def test_vit_recipe(tmp_path, dataset, preset):
 def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
         "--finetune-epochs=1", "--vocabulary-size=300", "--sequence-length=32", "--batch-size=16",
-        "--no-export", f"--output-dir={tmp_path}"])
+        "--pretrain-steps=7", "--compare-scratch", "--no-export", f"--output-dir={tmp_path}"])
     mlm_metrics = json.loads((mlm_dir / "metrics.json").read_text())
     assert 0.0 <= mlm_metrics["masked_token_accuracy"] <= 1.0
+    assert mlm_metrics["pretraining_steps"] == 7  # one epoch of 7 steps, not a pass over the pairs
+    log = (clf_dir / "pretrain" / "training_log.csv").read_text().splitlines()
+    assert len(log) == 2  # the header and the one epoch of 7 steps
     clf_metrics = json.loads((clf_dir / "metrics.json").read_text())
     assert 0.0 <= clf_metrics["test_accuracy"] <= 1.0 and clf_metrics["pretrained"]
+    # from scratch: as many optimizer steps as pretraining and fine-tuning together (4 + 7 -> 3 epochs of 4)
+    assert clf_metrics["train_examples"] == 58 and clf_metrics["scratch_epochs"] == 3
+    assert 0.0 <= clf_metrics["scratch_test_accuracy"] <= 1.0
     pretrained, classifier = models.load(mlm_dir), models.load(clf_dir)
     assert {"mlm_logits", "nsp_logits"} == set(pretrained.output)
     assert classifier.output.shape == (None, 2)

@@ -36,6 +36,8 @@ from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_tra
     (train_vit, ["--dataset=cifar10", "--preset=vit_tiny"], "vit_small_cifar"),
     (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
     (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
+    (pretrain_mini_bert, ["--pretrain-steps=0"], "--pretrain-steps"),
+    (pretrain_mini_bert, ["--scratch-learning-rate=inf"], "--scratch-learning-rate"),
     (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
     (train_gpt, ["--sequence-length=4096"], "--sequence-length must be in [2, 128]"),
     (train_gpt, ["--preset=transformer_tiny"], "gpt_tiny"),
