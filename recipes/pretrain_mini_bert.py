@@ -4,7 +4,7 @@
     python -m recipes.pretrain_mini_bert --data-dir DATA   # 50k unlabeled + 25k train reviews
     python -m recipes.pretrain_mini_bert --tfds                      # the same, from TFDS (online)
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
-    python -m recipes.pretrain_mini_bert --data-dir DATA --pretrain-steps 6000 --compare-scratch
+    python -m recipes.pretrain_mini_bert --data-dir DATA --pretrain-steps 6000 --epochs 4 --compare-scratch  # 32 min
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
 
 Pretraining text: the unlabeled reviews plus the training reviews (never the
@@ -37,7 +37,6 @@ from recipes import common, prepared
 CLASS_NAMES = ["negative", "positive"]
 ATTENTION_EXAMPLES = {"pretrain": "This movie was [MASK], and the acting was great.",
                       "finetune": "A wonderful, moving film, though the ending drags a little."}
-FINETUNE_LR = 5e-4
 LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): a movie-review vocabulary.",
           "With a short pretraining budget it may not beat training from scratch (docs/RESULTS.md).",
           "Inputs are cut to --sequence-length tokens."]
@@ -49,7 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--pretrain-steps", type=common.positive_int, default=None,
                    help="pretraining optimizer steps, split over --epochs (default: --epochs passes over the pairs)")
     p.add_argument("--finetune-epochs", type=common.positive_int, default=3)
-    p.add_argument("--finetune-learning-rate", type=common.positive_float, default=FINETUNE_LR)
+    p.add_argument("--finetune-learning-rate", type=common.positive_float, default=5e-4)
     p.add_argument("--scratch-learning-rate", type=common.positive_float, default=1e-3,
                    help="peak learning rate of the --compare-scratch run")
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
@@ -109,8 +108,8 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     return model, backbone, metrics
 
 
-def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, learning_rate):
-    steps = epochs * datasets["steps_per_epoch"]
+def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, learning_rate, steps_per_epoch):
+    steps = epochs * steps_per_epoch
     with scope:
         model = models.mini_bert_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
                                             preprocessor=preprocessor)
@@ -143,21 +142,21 @@ def main(argv=None):
     datasets = {"train": preprocessor.dataset(train_texts, train_labels, batch_size=args.batch_size,
                                               shuffle=True, seed=args.seed),
                 "validation": preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size),
-                "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size),
-                "steps_per_epoch": -(-len(train_labels) // args.batch_size)}
+                "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)}
+    steps_per_epoch = -(-len(train_labels) // args.batch_size)
     classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope,
-                                             args.finetune_epochs, args.finetune_learning_rate)
+                                             args.finetune_epochs, args.finetune_learning_rate, steps_per_epoch)
     clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),
                    "train_examples": len(train_labels), "finetune_epochs": args.finetune_epochs,
                    "finetune_seconds": seconds, "pretrained": True, "backend": keras.backend.backend()}
     if args.compare_scratch:  # the same optimizer steps in all, pretraining's included
-        total = mlm_metrics["pretraining_steps"] + args.finetune_epochs * datasets["steps_per_epoch"]
-        scratch_epochs = -(-total // datasets["steps_per_epoch"])
+        total = mlm_metrics["pretraining_steps"] + args.finetune_epochs * steps_per_epoch
+        scratch_epochs = -(-total // steps_per_epoch)
         keras.utils.set_random_seed(args.seed)
         with scope:
             scratch_backbone = build_backbone(args, tokenizer.vocabulary_size)
         _, scratch, scratch_seconds = finetune(args, scratch_backbone, preprocessor, datasets, work_dir / "scratch",
-                                               scope, scratch_epochs, args.scratch_learning_rate)
+                                               scope, scratch_epochs, args.scratch_learning_rate, steps_per_epoch)
         clf_metrics.update(scratch_test_accuracy=scratch, scratch_epochs=scratch_epochs,
                            scratch_seconds=scratch_seconds)
     print(f"fine-tuned IMDB test accuracy: {accuracy:.4f}"

@@ -1,6 +1,10 @@
 """The `kformer` command line: list, predict, export, train dispatch and flag errors."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,11 +82,6 @@ def test_image_files_are_classified(tmp_path, capsys):
 
 @pytest.mark.tf_only
 def test_installed_script_trains_from_the_checkout_root(tmp_path):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(sys.executable).parent / "kformer"
     if not script.is_file():
         pytest.skip("the `kformer` console script is not installed (pip install -e .)")
