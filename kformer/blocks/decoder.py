@@ -125,6 +125,10 @@ class TransformerDecoderBlock(TransformerBlock):
                 "Received: self_attention_cache_update_index=None"
             )
         cached = self_attention_cache is not None
+        if cached and self._decodes_fast(training, return_attention_scores, decoder_attention_mask,
+                                         use_causal_mask, cross_attention_cache):
+            return self._decode_step(decoder_sequence, self_attention_cache, self_attention_cache_update_index,
+                                     cross_attention_cache, encoder_padding_mask, decoder_padding_mask)
         if cached and decoder_padding_mask is not None:  # (batch, max_len) over the cache
             cache_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
             decoder_attention_mask = cache_mask if decoder_attention_mask is None else \
@@ -166,3 +170,36 @@ class TransformerDecoderBlock(TransformerBlock):
         x = self._run_feed_forward(x, None if cached else decoder_padding_mask, training)
         extras = caches + scores
         return (x,) + extras if extras else x
+
+    def _decodes_fast(self, training, return_attention_scores, attention_mask, use_causal_mask, cross_cache):
+        """True when a cached call can take `_decode_step`: inference, causal, no scores, a
+        precomputed cross-attention cache, plain float weights (no mixed or quantized policy)."""
+        if training or return_attention_scores or attention_mask is not None or not use_causal_mask:
+            return False
+        if self.cross_attention is not None and cross_cache is None:
+            return False
+        if self.compute_dtype != self.variable_dtype:
+            return False
+        return all(layer.dtype_policy.quantization_mode is None for layer in self._flatten_layers())
+
+    def _decode_step(self, x, cache, index, cross_cache, encoder_mask, cache_mask):
+        """What `call` computes for cached inference, through the sublayers' fast paths
+        (`MultiHeadAttention.cached_call`, `FeedForward.infer`): fewer ops and no sublayer
+        `__call__`s a decoding step. Returns `(x, cache)`, then `cross_cache` if there is one."""
+        def pre(x, norm):
+            return norm.call(x) if self.normalize_first else x
+
+        def add(x, out, norm):
+            return x + out if self.normalize_first else norm.call(x + out)
+
+        out, cache = self.self_attention.cached_call(pre(x, self.self_attention_norm), cache, index,
+                                                     key_mask=cache_mask)
+        x = add(x, out, self.self_attention_norm)
+        if self.cross_attention is not None:
+            out, _ = self.cross_attention.cached_call(pre(x, self.cross_attention_norm), cross_cache,
+                                                      key_mask=encoder_mask)
+            x = add(x, out, self.cross_attention_norm)
+        h = pre(x, self.feed_forward_norm)
+        out = self.feed_forward(h, training=False) if self.num_experts else self.feed_forward.infer(h)
+        x = add(x, out, self.feed_forward_norm)
+        return (x, cache) if cross_cache is None else (x, cache, cross_cache)

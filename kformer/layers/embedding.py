@@ -128,7 +128,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
         if self.position_embedding is None:
             return x
-        return x + self.position_embedding(x, start_index=start_index)
+        # `.call`: no second Layer.__call__ (0.1 ms in eager torch; the positions are never quantized)
+        return x + self.position_embedding.call(x, start_index=start_index)
 
     def compute_mask(self, inputs, mask=None):
         # Keras passes only the first call argument: rank 3 means `reverse=True`.

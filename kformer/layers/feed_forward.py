@@ -79,6 +79,10 @@ class FeedForward(keras.layers.Layer):
             hidden = self.dropout_layer(hidden, training=training)
         return self.outer(hidden)
 
+    def infer(self, inputs):
+        """`call(inputs, training=False)` without sublayer `__call__`s (the decoding fast path)."""
+        return self.outer.call(self.inner.call(inputs))
+
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)
 

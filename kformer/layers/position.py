@@ -1,6 +1,7 @@
 """Position information: fixed sinusoids, learned embeddings, rotary embeddings."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from kformer.layers.checks import check_positive_ints, known_index
@@ -18,10 +19,10 @@ def sinusoid(positions, dim, max_wavelength=10000):
     PE(pos, 2i) = sin(pos / max_wavelength^(2i / dim)),
     PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / dim)).
     """
-    feature = ops.arange(dim)
-    two_i = ops.cast(feature - feature % 2, "float32")  # 2i for both 2i and 2i+1
-    inverse_timescale = ops.power(float(max_wavelength), -two_i / float(dim))
-    angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_timescale, 0)
+    feature = np.arange(dim)
+    two_i = (feature - feature % 2).astype("float32")  # 2i for both 2i and 2i+1
+    inverse_timescale = np.power(np.float32(max_wavelength), -two_i / np.float32(dim))  # float32, as in ops
+    angles = ops.expand_dims(positions, 1) * inverse_timescale[None, :]
     return ops.where(feature % 2 == 0, ops.sin(angles), ops.cos(angles))
 
 

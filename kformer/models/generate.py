@@ -16,6 +16,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kformer.layers.checks import known_index
 from kformer.models.decoders import NEG_INF, adapter
 
 STRATEGIES = ("greedy", "beam", "top_k", "top_p")
@@ -67,6 +68,13 @@ def sample(logits, uniform):
     return ops.minimum(index, ops.shape(logits)[-1] - 1)
 
 
+def _known(t):
+    """The loop position as an int where it is known (torch runs the loop eagerly, and its
+    `slice_update` is 4x faster with int indices); traced (TF, JAX), unchanged."""
+    index = known_index("t", t)
+    return t if index is None else index
+
+
 def _next_logits(decoder, t, word, tokens, caches, logits, extra, c):
     """Logits for position `t + 1` (skipped after the last position)."""
     length = ops.shape(tokens)[1]
@@ -85,6 +93,7 @@ def _decode_loop(decoder, inputs, noise, c):
         return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
 
     def body(t, tokens, caches, logits, done):
+        t = _known(t)
         if c["no_repeat_ngram_size"]:
             logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
         if c["strategy"] == "greedy":
@@ -121,6 +130,7 @@ def _beam_loop(decoder, inputs, c):
         return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
 
     def body(t, tokens, caches, logits, scores, done, lengths):
+        t = _known(t)
         if c["no_repeat_ngram_size"]:
             logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
         forced = ops.take(prompt, t, axis=1)

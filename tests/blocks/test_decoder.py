@@ -123,3 +123,29 @@ def test_cached_attention_scores_equal_full_pass_rows():
         assert tuple(self_scores.shape) == (2, 2, 1, 6)  # keys: the whole cache
         np.testing.assert_allclose(to_numpy(self_scores)[:, :, 0], full_self[:, :, i], atol=1e-5)
         np.testing.assert_allclose(to_numpy(cross_scores)[:, :, 0], full_cross[:, :, i], atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+@pytest.mark.parametrize("variant", ["cross", "decoder_only", "rotary", "experts"])
+def test_decoding_fast_path_equals_the_general_path(normalize_first, variant):
+    """A cached inference call takes `_decode_step` (lean attention, no sublayer calls); asking for the
+    scores forces the general path, whose outputs and caches it must equal, padding included."""
+    kwargs = {"rotary_max_wavelength": 1000} if variant == "rotary" else \
+        {"num_experts": 2, "top_k": 1, "capacity_factor": 4.0} if variant == "experts" else {}
+    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16, normalize_first=normalize_first, **kwargs)
+    cross = variant != "decoder_only"
+    block(TARGET, SOURCE if cross else None)
+    call = dict(self_attention_cache=RNG.normal(size=(2, 2, 7, 2, 4)).astype("float32"),
+                self_attention_cache_update_index=3, decoder_padding_mask=np.array([[1] * 7, [1, 0] + [1] * 5], bool))
+    if cross:
+        call.update(cross_attention_cache=block.compute_cross_attention_cache(SOURCE),
+                    encoder_padding_mask=np.array([[True] * 5, [False] * 5]))  # an all-padding source row
+    taken = []
+    step = block._decode_step
+    block._decode_step = lambda *args: taken.append(1) or step(*args)
+    fast = block(TARGET[:, :2], **call)
+    general = block(TARGET[:, :2], return_attention_scores=True, **call)
+    assert len(taken) == 1
+    assert len(fast) == 2 + cross
+    for got, want in zip(fast, general):
+        np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
