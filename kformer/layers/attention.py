@@ -319,8 +319,10 @@ class MultiHeadAttention(keras.layers.Layer):
             if self.rotary is not None:
                 q = self.rotary.call(q, start_index=cache_update_index)
                 new_k = self.rotary.call(new_k, start_index=cache_update_index)
-            new = ops.cast(ops.stack([new_k, new_v], axis=1), cache.dtype)  # (batch, 2, q_len, heads, dim)
-            cache = ops.slice_update(cache, [0, 0, cache_update_index, 0, 0], new)
+            start = [0, cache_update_index, 0, 0]
+            k = ops.slice_update(cache[:, 0], start, ops.cast(new_k, cache.dtype))
+            v = ops.slice_update(cache[:, 1], start, ops.cast(new_v, cache.dtype))
+            cache = ops.stack([k, v], axis=1)
             mask = masks.causal_mask(ops.shape(q)[1], ops.shape(cache)[2], cache_update_index)
         elif self.rotary is not None:
             q = self.rotary.call(q)

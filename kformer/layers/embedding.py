@@ -37,6 +37,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         inputs: int `(batch, seq)` token ids, or with `reverse=True` a float
             `(batch, seq, hidden_dim)`.
         start_index: int or scalar tensor. Position of the first token.
+        positions: `(seq, hidden_dim)` encodings to add instead of computing
+            them (decoding slices them from `position_table`, made once:
+            sinusoids computed inside an XLA loop get fused into the next
+            projections and recomputed for each of their outputs).
         reverse: bool. Project hidden states to vocabulary logits.
 
     Returns:
@@ -102,7 +106,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             self.position_embedding.build(tuple(inputs_shape) + (self.hidden_dim,))
         self.built = True
 
-    def call(self, inputs, start_index=0, reverse=False):
+    def call(self, inputs, start_index=0, reverse=False, positions=None):
         if reverse:
             if len(inputs.shape) != 3 or inputs.shape[-1] != self.hidden_dim:
                 raise ValueError(
@@ -126,10 +130,18 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         x = self.token_embedding(inputs)  # (batch, seq, hidden_dim)
         if self.scale_by_sqrt_dim:
             x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
+        if positions is not None:
+            return x + ops.cast(positions, x.dtype)
         if self.position_embedding is None:
             return x
         # `.call`: no second Layer.__call__ (0.1 ms in eager torch; the positions are never quantized)
         return x + self.position_embedding.call(x, start_index=start_index)
+
+    def position_table(self, length):
+        """Encodings of positions `[0, length)`: `(length, hidden_dim)`, or None with `position="none"`."""
+        if self.position_embedding is None:
+            return None
+        return self.position_embedding(ops.zeros((1, length, self.hidden_dim), self.compute_dtype))[0]
 
     def compute_mask(self, inputs, mask=None):
         # Keras passes only the first call argument: rank 3 means `reverse=True`.
@@ -137,7 +149,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             return None
         return ops.not_equal(inputs, 0)
 
-    def compute_output_spec(self, inputs, start_index=0, reverse=False):
+    def compute_output_spec(self, inputs, start_index=0, reverse=False, positions=None):
         last = self.vocabulary_size if reverse else self.hidden_dim
         return keras.KerasTensor(tuple(inputs.shape[:2]) + (last,), dtype=self.compute_dtype)
 
