@@ -48,6 +48,19 @@ def test_start_index_continues_positions():
     np.testing.assert_allclose(step, full[:, 4:5], atol=1e-6)
 
 
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "none"])
+def test_rows_of_the_position_table_replace_computed_positions(position):
+    """Decoding adds `position_table` rows (made once) instead of computing positions each step."""
+    layer = TokenAndPositionEmbedding(10, 8, 6, position=position, scale_by_sqrt_dim=True)
+    full = to_numpy(layer(IDS))
+    table = layer.position_table(8)
+    if position == "none":
+        assert table is None
+        return
+    assert tuple(table.shape) == (8, 6)
+    np.testing.assert_allclose(to_numpy(layer(IDS[:, 4:5], positions=to_numpy(table)[4:5])), full[:, 4:5], atol=1e-6)
+
+
 def test_token_and_position_errors():
     with pytest.raises(ValueError, match="position='rope'"):
         TokenAndPositionEmbedding(10, 8, 6, position="rope")
