@@ -149,3 +149,20 @@ def test_decoding_fast_path_equals_the_general_path(normalize_first, variant):
     assert len(fast) == 2 + cross
     for got, want in zip(fast, general):
         np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+
+
+def test_a_quantized_block_decodes_through_the_general_path():
+    """int8 sublayers need their `quantized_call` (inside `Layer.__call__`): the fast path steps aside."""
+    import keras
+
+    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16)
+    block(TARGET, SOURCE)
+    for layer in block._flatten_layers():
+        if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+            layer.quantize("int8")
+    call = dict(self_attention_cache=np.zeros((2, 2, 7, 2, 4), "float32"), self_attention_cache_update_index=0,
+                cross_attention_cache=block.compute_cross_attention_cache(SOURCE))
+    assert not block._decodes_fast(None, False, None, True, call["cross_attention_cache"])
+    out, cache, _ = block(TARGET[:, :1], **call)
+    assert tuple(out.shape) == (2, 1, 8) and np.isfinite(to_numpy(out)).all()
+    assert np.abs(to_numpy(cache)[:, :, 0]).sum() > 0 and not to_numpy(cache)[:, :, 1:].any()
