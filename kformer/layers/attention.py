@@ -264,14 +264,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 q = self.rotary(q)
         else:
             start_index = cache_update_index
-            start = [0, cache_update_index, 0, 0]
             new_k = self.key_dense(key)
             if self.rotary is not None:  # absolute positions start at the cache index
                 q = self.rotary(q, start_index=cache_update_index)
                 new_k = self.rotary(new_k, start_index=cache_update_index)
-            k = ops.slice_update(cache[:, 0], start, ops.cast(new_k, cache.dtype))
-            v = ops.slice_update(cache[:, 1], start, ops.cast(self.value_dense(value), cache.dtype))
-            cache = ops.stack([k, v], axis=1)
+            k, v, cache = _write(cache, cache_update_index, new_k, self.value_dense(value))
 
         mask = self._attention_mask(
             q, k, query_mask, value_mask, key_mask, attention_mask,
@@ -319,10 +316,7 @@ class MultiHeadAttention(keras.layers.Layer):
             if self.rotary is not None:
                 q = self.rotary.call(q, start_index=cache_update_index)
                 new_k = self.rotary.call(new_k, start_index=cache_update_index)
-            start = [0, cache_update_index, 0, 0]
-            k = ops.slice_update(cache[:, 0], start, ops.cast(new_k, cache.dtype))
-            v = ops.slice_update(cache[:, 1], start, ops.cast(new_v, cache.dtype))
-            cache = ops.stack([k, v], axis=1)
+            cache = _write(cache, cache_update_index, new_k, new_v)[2]
             mask = masks.causal_mask(ops.shape(q)[1], ops.shape(cache)[2], cache_update_index)
         elif self.rotary is not None:
             q = self.rotary.call(q)
@@ -434,6 +428,14 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _write(cache, index, new_k, new_v):
+    """New keys and values `(batch, n, heads, dim)` written into `cache` at `index`: `(k, v, cache)`."""
+    start = [0, index, 0, 0]
+    k = ops.slice_update(cache[:, 0], start, ops.cast(new_k, cache.dtype))
+    v = ops.slice_update(cache[:, 1], start, ops.cast(new_v, cache.dtype))
+    return k, v, ops.stack([k, v], axis=1)
 
 
 def _check_shapes_agree(query, key, attention_mask, cache):
