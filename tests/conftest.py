@@ -1,6 +1,20 @@
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Compile time is most of the JAX suite (and of TensorFlow's XLA decoding loops), so the tests
+# (1) let XLA skip its LLVM optimizations (the compiled code computes the same, only slower;
+# a caller's XLA_FLAGS are kept) and (2) share one JAX compilation cache per test run between
+# the xdist workers and the recipe subprocesses (they inherit the environment), so a
+# computation compiled by one test is loaded, not recompiled, by the next. Both are set
+# before JAX or TensorFlow is imported. Benchmarks and recipes run with XLA's defaults.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+_JAX_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _JAX_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kformer-jax-cache-")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -24,6 +38,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "only_backend(name): an end-to-end run checked on one backend "
                                        "(the pieces it uses are tested on all three)")
     config.addinivalue_line("markers", "gpu: needs a GPU")
+
+
+def pytest_unconfigure(config):
+    if _JAX_CACHE is not None:  # the process that made it (the xdist controller, or a lone pytest)
+        shutil.rmtree(_JAX_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -61,7 +61,7 @@ def test_sizes_that_do_not_split_are_named():
 @pytest.mark.only_backend("jax")
 def test_sharded_training_step_equals_the_unsharded_one_on_8_simulated_devices():
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8")
     result = subprocess.run([sys.executable, "-W", "ignore", "-m", "tests.models.model_parallel_check"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -15,7 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.mark.skipif(keras.backend.backend() == "torch", reason="--distribute is JAX/TF (torch: DDP)")
 def test_data_parallel_on_4_devices_matches_one_device():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4")
     run = subprocess.run([sys.executable, str(ROOT / "tests" / "recipes" / "distribute_check.py")],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
