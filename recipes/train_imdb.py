@@ -47,7 +47,17 @@ def parse_args(argv=None):
                    help="which tokens a longer review keeps: the first, the last (default: the best "
                         "validation accuracy of the three on the full data, docs/RESULTS.md), or the first "
                         "quarter and last three quarters of --sequence-length (head_tail, Sun et al. 2019)")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                   help="learning rate: constant, or warmup over 10%% of the steps then cosine decay to 0 "
+                        "at the end of --epochs")
     return common.parse_args(p, argv)
+
+
+def learning_rate(args, train_examples):
+    """`--learning-rate`, constant or (`--schedule cosine`) warmed up and decayed over `--epochs`."""
+    if args.schedule == "constant":
+        return args.learning_rate
+    return common.warmup_cosine(args.learning_rate, args.epochs * -(-train_examples // args.batch_size))
 
 
 def main(argv=None):
@@ -69,7 +79,7 @@ def main(argv=None):
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
     with scope:
         model = models.build(args.preset, preprocessor=preprocessor, **overrides)
-        model.compile(keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
+        model.compile(keras.optimizers.AdamW(learning_rate(args, len(train_labels)), weight_decay=0.01),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
@@ -79,6 +89,7 @@ def main(argv=None):
     metrics = {
         "test_accuracy": float(test_accuracy), "test_examples": len(test_labels),
         "train_examples": len(train_labels), "epochs": args.epochs, "truncation": args.truncation,
+        "schedule": args.schedule,
         "train_seconds": round(train_seconds, 1), "backend": keras.backend.backend(),
     }
 

@@ -93,3 +93,15 @@ def test_tfds_flag_trains_on_tfds_imdb_reviews(tmp_path):
         run_dir = train_imdb.main(FLAGS + ["--epochs=1", "--tfds", "--no-export", f"--output-dir={tmp_path}"])
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["test_examples"] == 40 and metrics["train_examples"] == 36
+
+
+def test_schedule_flag_keeps_the_rate_or_warms_up_and_decays_it_over_the_epochs(capsys):
+    assert train_imdb.learning_rate(train_imdb.parse_args(["--learning-rate=2e-3"]), 1000) == 2e-3
+    args = train_imdb.parse_args(["--schedule=cosine", "--epochs=2", "--batch-size=32", "--learning-rate=1e-3"])
+    schedule = train_imdb.learning_rate(args, 1000)  # 32 steps an epoch (the last batch partial), 64 in all
+    rates = [float(schedule(step)) for step in (0, 6, 20, 63, 64)]
+    assert rates[0] == 0.0 and rates[1] == pytest.approx(1e-3)  # warmup: 10 % of the steps
+    assert 1e-3 > rates[2] > rates[3] > 0.0 and rates[4] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(SystemExit):
+        train_imdb.parse_args(["--schedule=linear"])
+    assert "--schedule: invalid choice: 'linear' (choose from" in capsys.readouterr().err
