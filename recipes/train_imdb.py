@@ -4,6 +4,7 @@
     KERAS_BACKEND=jax python -m recipes.train_imdb --epochs 4
     python -m recipes.train_imdb --data-dir DATA      # the full 25k/25k splits
     python -m recipes.train_imdb --data-dir DATA --truncation head_tail   # both ends of long reviews
+    python -m recipes.train_imdb --data-dir DATA --epochs 2 --schedule cosine  # as accurate, 2 epochs
     python -m recipes.train_imdb --tfds                         # the same, from TFDS imdb_reviews (online)
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
 

@@ -4,7 +4,7 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Compile time is most of the JAX suite (and of TensorFlow's XLA decoding loops), so the tests
-# (1) let XLA skip its LLVM optimizations (the compiled code computes the same, only slower;
+# (1) let XLA skip its LLVM optimizations (the same computation up to float rounding, slower code;
 # a caller's XLA_FLAGS are kept) and (2) share one JAX compilation cache per test run between
 # the xdist workers and the recipe subprocesses (they inherit the environment), so a
 # computation compiled by one test is loaded, not recompiled, by the next. Both are set
