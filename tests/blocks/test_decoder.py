@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -153,8 +154,6 @@ def test_decoding_fast_path_equals_the_general_path(normalize_first, variant):
 
 def test_a_quantized_block_decodes_through_the_general_path():
     """int8 sublayers need their `quantized_call` (inside `Layer.__call__`): the fast path steps aside."""
-    import keras
-
     block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16)
     block(TARGET, SOURCE)
     for layer in block._flatten_layers():
