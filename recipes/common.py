@@ -261,13 +261,19 @@ def training_dir(args, name):
     return work_dir
 
 
-def callbacks(work_dir, patience, monitor="val_loss"):
-    """Checkpoint the best model, back up every epoch, log, stop early or on NaN."""
+def callbacks(work_dir, patience, monitor="val_loss", ema=False):
+    """Checkpoint the best model, back up every epoch, log, stop early or on NaN.
+
+    `ema=True` (an optimizer with `use_ema`): validation, the checkpoint and
+    early stopping see the weights' moving average; the backup keeps the raw
+    weights and the average apart, so a resumed run goes on as if never stopped.
+    """
     work_dir = pathlib.Path(work_dir)
     (work_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     mode = "max" if "acc" in monitor else "min"
     return [
         AtomicBackupAndRestore(work_dir / "backup"),
+        *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
         keras.callbacks.ModelCheckpoint(str(work_dir / "checkpoints" / "best.keras"),
                                         monitor=monitor, mode=mode, save_best_only=True),
         keras.callbacks.EarlyStopping(monitor=monitor, mode=mode, patience=patience,
@@ -339,7 +345,8 @@ def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoc
     """`model.fit` with the recipe callbacks; exits (writing nothing) if training diverged."""
     history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=args.verbose,
                         steps_per_epoch=steps_per_epoch, shuffle=False,
-                        callbacks=callbacks(work_dir, args.patience, monitor))
+                        callbacks=callbacks(work_dir, args.patience, monitor,
+                                            ema=getattr(model.optimizer, "use_ema", False)))
     check_finite(model, history, work_dir)
     return history
 

@@ -5,6 +5,7 @@
     python -m recipes.pretrain_mini_bert --tfds                      # the same, from TFDS (online)
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
     python -m recipes.pretrain_mini_bert --data-dir DATA --pretrain-steps 6000 --epochs 4 --compare-scratch  # 32 min
+    python -m recipes.pretrain_mini_bert --objective mlm --pretrain-dropout 0   # Cramming's choices
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
 
 Pretraining text: the unlabeled reviews plus the training reviews (never the
@@ -15,7 +16,9 @@ the pretraining length in optimizer steps (split over `--epochs`); by default
 it is `--epochs` passes over the pairs. `--compare-scratch` fine-tunes a
 randomly initialized backbone with the same total number of optimizer steps
 (pretraining plus fine-tuning, each about as costly), stopping early on
-validation accuracy. Writes
+validation accuracy. `--objective mlm` drops the next-sentence loss and
+`--pretrain-dropout 0` pretrains without dropout (Geiping & Goldstein 2022,
+"Cramming"); fine-tuning always uses the preset's dropout. Writes
 `<output-dir>/<preset>_mlm/<version>/` (SavedModel with a `fill_mask`
 signature, `model.keras` (with its vocabulary), `metrics.json` with masked-token
 accuracy) and `<output-dir>/<preset>_imdb/<version>/` (the fine-tuned classifier:
@@ -53,14 +56,30 @@ def parse_args(argv=None):
                    help="peak learning rate of the --compare-scratch run")
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
     p.add_argument("--sequence-length", type=common.bounded(int, 8), default=128)
+    p.add_argument("--objective", choices=["mlm_nsp", "mlm"], default="mlm_nsp",
+                   help="pretraining losses: masked LM and next sentence (BERT), or masked LM only")
+    p.add_argument("--pretrain-dropout", type=common.bounded(float, 0.0, 0.99), default=None,
+                   help="dropout while pretraining (default: the preset's)")
     p.add_argument("--compare-scratch", action="store_true",
                    help="also fine-tune a randomly initialized backbone with the same budget")
     args = common.parse_args(p, argv)
     return args
 
 
-def build_backbone(args, vocabulary_size):
-    return models.build(args.preset, vocabulary_size=vocabulary_size, sequence_length=args.sequence_length)
+def build_backbone(args, vocabulary_size, **overrides):
+    return models.build(args.preset, vocabulary_size=vocabulary_size, sequence_length=args.sequence_length,
+                        **overrides)
+
+
+def finetuning_backbone(args, backbone):
+    """`backbone`, or its weights in a copy with the preset's dropout if it was pretrained with another."""
+    if args.pretrain_dropout is None:
+        return backbone
+    copy = build_backbone(args, backbone.vocabulary_size)
+    if copy.dropout == backbone.dropout:
+        return backbone
+    copy.set_weights(backbone.get_weights())
+    return copy
 
 
 def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
@@ -78,8 +97,10 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         train_ds = train_ds.repeat()
     steps = args.epochs * (steps_per_epoch or -(-cut // args.batch_size))
     val_ds = mlm.make_pretraining_dataset(held_out, args.batch_size, dynamic_masking=False, **masking)
+    dropout = {} if args.pretrain_dropout is None else {"dropout": args.pretrain_dropout}
+    nsp = args.objective == "mlm_nsp"
     with scope:
-        backbone = build_backbone(args, tokenizer.vocabulary_size)
+        backbone = build_backbone(args, tokenizer.vocabulary_size, **dropout)
         model = models.mini_bert_pretraining(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
         model.compile(
@@ -87,6 +108,7 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
             loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True, reduction="mean_with_sample_weight"),
                   "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+            loss_weights={"mlm_logits": 1.0, "nsp_logits": 1.0 if nsp else 0.0},
             weighted_metrics={"mlm_logits": ["sparse_categorical_accuracy"],
                               "nsp_logits": ["sparse_categorical_accuracy"]},
             jit_compile=args.jit_compile)
@@ -101,7 +123,8 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         os.replace(tmp, pretrained_path)
     results = model.evaluate(val_ds, verbose=0, return_dict=True)
     metrics = {"masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"]),
-               "next_sentence_accuracy": float(results["nsp_logits_sparse_categorical_accuracy"]),
+               "next_sentence_accuracy": float(results["nsp_logits_sparse_categorical_accuracy"]) if nsp else None,
+               "objective": args.objective, "pretrain_dropout": backbone.dropout,
                "pretraining_pairs": cut, "held_out_pairs": len(held_out["nsp_labels"]),
                "pretraining_texts": len(texts), "epochs": args.epochs, "pretraining_steps": steps,
                "train_seconds": round(time.time() - start, 1), "backend": keras.backend.backend()}
@@ -144,6 +167,8 @@ def main(argv=None):
                 "validation": preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size),
                 "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)}
     steps_per_epoch = -(-len(train_labels) // args.batch_size)
+    with scope:
+        backbone = finetuning_backbone(args, backbone)
     classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope,
                                              args.finetune_epochs, args.finetune_learning_rate, steps_per_epoch)
     clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),

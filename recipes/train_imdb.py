@@ -51,6 +51,10 @@ def parse_args(argv=None):
     p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
                    help="learning rate: constant, or warmup over 10%% of the steps then cosine decay to 0 "
                         "at the end of --epochs")
+    p.add_argument("--ema", type=common.bounded(float, 0.0, 0.9999, open_low=True), default=None,
+                   metavar="MOMENTUM",
+                   help="validate, keep and export an exponential moving average of the weights "
+                        "(momentum per step, e.g. 0.99) instead of the weights themselves")
     return common.parse_args(p, argv)
 
 
@@ -80,7 +84,8 @@ def main(argv=None):
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
     with scope:
         model = models.build(args.preset, preprocessor=preprocessor, **overrides)
-        model.compile(keras.optimizers.AdamW(learning_rate(args, len(train_labels)), weight_decay=0.01),
+        ema = {} if args.ema is None else {"use_ema": True, "ema_momentum": args.ema}
+        model.compile(keras.optimizers.AdamW(learning_rate(args, len(train_labels)), weight_decay=0.01, **ema),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
@@ -90,7 +95,7 @@ def main(argv=None):
     metrics = {
         "test_accuracy": float(test_accuracy), "test_examples": len(test_labels),
         "train_examples": len(train_labels), "epochs": args.epochs, "truncation": args.truncation,
-        "schedule": args.schedule,
+        "schedule": args.schedule, "ema": args.ema,
         "train_seconds": round(train_seconds, 1), "backend": keras.backend.backend(),
     }
 

@@ -65,11 +65,14 @@ def test_vit_recipe(tmp_path, dataset, preset):
 
 @pytest.mark.only_backend("torch")
 def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
+    # the default objective (masked LM + next sentence) runs in tests/reliability/test_recipe_faults.py
     mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
         "--finetune-epochs=1", "--vocabulary-size=300", "--sequence-length=32", "--batch-size=16",
-        "--pretrain-steps=7", "--compare-scratch", "--no-export", f"--output-dir={tmp_path}"])
+        "--pretrain-steps=7", "--compare-scratch", "--no-export", f"--output-dir={tmp_path}",
+        "--objective=mlm", "--pretrain-dropout=0"])
     mlm_metrics = json.loads((mlm_dir / "metrics.json").read_text())
     assert 0.0 <= mlm_metrics["masked_token_accuracy"] <= 1.0
+    assert mlm_metrics["objective"] == "mlm" and mlm_metrics["next_sentence_accuracy"] is None
     assert mlm_metrics["pretraining_steps"] == 7  # one epoch of 7 steps, not a pass over the pairs
     log = (clf_dir / "pretrain" / "training_log.csv").read_text().splitlines()
     assert len(log) == 2  # the header and the one epoch of 7 steps
@@ -80,6 +83,8 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert 0.0 <= clf_metrics["scratch_test_accuracy"] <= 1.0
     pretrained, classifier = models.load(mlm_dir), models.load(clf_dir)
     assert {"mlm_logits", "nsp_logits"} == set(pretrained.output)
+    # pretrained without dropout, fine-tuned with the preset's (0.1)
+    assert pretrained.backbone.dropout == 0.0 and classifier.backbone.dropout == 0.1
     assert classifier.output.shape == (None, 2)
     assert len(pretrained.fill_mask("A [MASK] film.", top_k=2)) == 1
     assert classifier.predict_labels(["A fine film."])[0] in ("negative", "positive")

@@ -6,12 +6,13 @@ import signal
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
 from kformer import models
 from kformer.data.wordpiece import WordPieceTokenizer
-from recipes import train_imdb
+from recipes import common, train_imdb
 from tests.helpers import assert_figures
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -105,3 +106,24 @@ def test_schedule_flag_keeps_the_rate_or_warms_up_and_decays_it_over_the_epochs(
     with pytest.raises(SystemExit):
         train_imdb.parse_args(["--schedule=linear"])
     assert "--schedule: invalid choice: 'linear' (choose from" in capsys.readouterr().err
+
+
+@pytest.mark.only_backend("torch")  # the swap is Keras's (SwapEMAWeights); passes on all three
+def test_ema_flag_validates_keeps_and_saves_the_moving_average(tmp_path):
+    flags = FLAGS + ["--epochs=2", "--no-export", "--no-plots", f"--output-dir={tmp_path}"]
+    plain, averaged = train_imdb.main(flags), train_imdb.main(flags + ["--ema=0.9"])
+    logs = []
+    for run_dir in (plain, averaged):
+        with open(run_dir / "training_log.csv") as f:
+            logs.append([{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)])
+    # the same training steps (the average does not feed back), validated on other weights
+    assert [r["loss"] for r in logs[0]] == pytest.approx([r["loss"] for r in logs[1]], rel=1e-5)
+    assert [r["val_loss"] for r in logs[0]] != pytest.approx([r["val_loss"] for r in logs[1]], rel=1e-3)
+    assert json.loads((averaged / "metrics.json").read_text())["ema"] == 0.9
+    # the saved model holds the average of the best validation epoch (first best, as EarlyStopping keeps)
+    best = max(logs[1], key=lambda r: r["val_accuracy"])
+    texts, labels = common.load_imdb(train_imdb.parse_args(flags))["validation"]
+    model = models.load(averaged)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    val_loss = model.evaluate(model.preprocessor.dataset(texts, labels, batch_size=32), verbose=0)
+    assert val_loss == pytest.approx(best["val_loss"], rel=1e-4)
