@@ -17,15 +17,20 @@ REQUESTS = {
 
 
 COUNTS = ("_examples", "_reviews", "_pairs")
+SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout")
 
 
 def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):
-    """A recipe's card from its flags and metrics: counts become the data table, other numbers the metrics."""
+    """A recipe's card from its flags and metrics.
+
+    Counts become the data table, training settings and times (`SETTINGS` in
+    the key) the training table, other numbers the test metrics.
+    """
     data = {"dataset": dataset, **{k: v for k, v in metrics.items() if k.endswith(COUNTS)}}
-    numbers = {k: v for k, v in metrics.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.endswith(COUNTS)}
-    training = {k: v for k, v in numbers.items() if "epochs" in k or "seconds" in k}
-    scores = {k: v for k, v in numbers.items() if k not in training}
+    training = {k: v for k, v in metrics.items()
+                if any(s in k for s in SETTINGS) and v is not None and not isinstance(v, bool)}
+    scores = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+              and not k.endswith(COUNTS) and k not in training}
     card = facts(model=model, name=name, recipe=recipe, argv=args._argv, config=config, data=data,
                  metrics=scores, training=training, limits=limits, figures=figures)
     write(folder, card, exported=not args.no_export)
