@@ -5,14 +5,17 @@
     python -m recipes.train_imdb --data-dir DATA      # the full 25k/25k splits
     python -m recipes.train_imdb --data-dir DATA --truncation head_tail   # both ends of long reviews
     python -m recipes.train_imdb --data-dir DATA --epochs 2 --schedule cosine  # as accurate, 2 epochs
+    python -m recipes.train_imdb --data-dir DATA --ema 0          # the raw weights, not their average
     python -m recipes.train_imdb --tfds                         # the same, from TFDS imdb_reviews (online)
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
 
 A WordPiece vocabulary is learned from the training split; a review longer
 than `--sequence-length` keeps its last tokens (`--truncation`). The default
 preset, `imdb_bigram`, adds a hashed embedding of each word-piece bigram to the
-token embeddings (fastText's bigrams inside the transformer): 89 % test
-accuracy on the full data against 87 % for `imdb_small` (docs/RESULTS.md). Writes
+token embeddings (fastText's bigrams inside the transformer), and validates,
+keeps and exports a moving average of the weights (`--ema`): 89.4-89.8 % test
+accuracy on the full data in four seeds, against 87 % for `imdb_small`
+(docs/RESULTS.md). Writes
 `<output-dir>/<preset>/<version>/`: the TF Serving SavedModel (raw text in:
 `label`, `label_id`, `probabilities` out), `model.keras` (the `TextClassifier`
 with its preprocessor: `kformer.models.load(version_dir).predict(["A fine film."])`),
@@ -51,10 +54,10 @@ def parse_args(argv=None):
     p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
                    help="learning rate: constant, or warmup over 10%% of the steps then cosine decay to 0 "
                         "at the end of --epochs")
-    p.add_argument("--ema", type=common.bounded(float, 0.0, 0.9999, open_low=True), default=None,
-                   metavar="MOMENTUM",
-                   help="validate, keep and export an exponential moving average of the weights "
-                        "(momentum per step, e.g. 0.99) instead of the weights themselves")
+    p.add_argument("--ema", type=common.bounded(float, 0.0, 0.9999), default=0.99, metavar="MOMENTUM",
+                   help="validate, keep and export an exponential moving average of the weights, with this "
+                        "momentum per step (default 0.99: 89.4-89.8 %% test accuracy on the full data in four "
+                        "seeds against 88.8-89.7 %% without, docs/RESULTS.md); 0: the weights themselves")
     return common.parse_args(p, argv)
 
 
@@ -84,7 +87,7 @@ def main(argv=None):
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
     with scope:
         model = models.build(args.preset, preprocessor=preprocessor, **overrides)
-        ema = {} if args.ema is None else {"use_ema": True, "ema_momentum": args.ema}
+        ema = {"use_ema": True, "ema_momentum": args.ema} if args.ema else {}
         model.compile(keras.optimizers.AdamW(learning_rate(args, len(train_labels)), weight_decay=0.01, **ema),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
