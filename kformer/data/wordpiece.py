@@ -71,7 +71,7 @@ def truncate(tokens, budget, truncation="head"):
 
 
 def normalize(texts):
-    """Lower-case and put spaces around punctuation: tf.string [...] -> same shape.
+    """Lower-case, turn every space into " " and put spaces around punctuation: tf.string [...] -> same shape.
 
     "[MASK]" (any case) stays one word, so fill-mask requests can use it.
 
@@ -84,7 +84,9 @@ def normalize(texts):
     ['great', ',', '[MASK]', '!']
     """
     texts = tf.strings.lower(texts, encoding="utf-8")
-    texts = tf.strings.regex_replace(texts, r"[\p{Cc}\p{Cf}]", " ")  # control/format chars
+    # control and format characters, and every Unicode space (no-break, thin, ideographic, line
+    # separator): tf.strings.split splits on ASCII whitespace only
+    texts = tf.strings.regex_replace(texts, r"[\p{Cc}\p{Cf}\p{Z}]", " ")
     texts = tf.strings.regex_replace(texts, f"({PUNCTUATION})", r" \1 ")
     return tf.strings.regex_replace(texts, r"\[ mask \]", MASK)
 

@@ -64,6 +64,18 @@ def test_unknown_characters_and_round_trip(tokenizer):
     assert tokenizer.detokenize(tokenizer(tf.constant([text]), 32)).numpy()[0].decode() == text
 
 
+def test_unicode_spaces_separate_words_and_never_become_tokens(tokenizer):
+    # Tatoeba's Spanish has no-break spaces before "?" and in "10 000": learning used to keep
+    # "\xa0" as a token and then refuse its own vocabulary (the full en-es recipe stopped there)
+    spaces = ["\xa0", "\u202f", "\u2009", "\u3000", "\u2028"]
+    texts = [f"¿qué{space}? son 10{space}000 pesos{space}!" for space in spaces] * 20
+    learned = WordPieceTokenizer.learn(texts, 40)
+    assert all(token == token.strip() and not any(c in token for c in spaces) for token in learned.vocabulary)
+    plain = tokenizer.tokenize(tf.constant(["the movie , 10 000 ?"])).to_list()
+    spaced = tokenizer.tokenize(tf.constant([f"the{s}movie,{s}10{s}000{s}?" for s in spaces])).to_list()
+    assert spaced == plain * len(spaces)
+
+
 def test_save_and_load(tokenizer, tmp_path):
     tokenizer.save(tmp_path / "vocabulary.txt")
     again = WordPieceTokenizer.load(tmp_path / "vocabulary.txt")
