@@ -72,7 +72,11 @@ def build_backbone(args, vocabulary_size, **overrides):
 
 
 def finetuning_backbone(args, backbone):
-    """`backbone`, or its weights in a copy with the preset's dropout if it was pretrained with another."""
+    """`backbone`, or its weights in a copy with the preset's dropout if it was pretrained with another.
+
+    The pooler, frozen in pretraining without NSP, trains here.
+    """
+    backbone.pooler.trainable = True
     if args.pretrain_dropout is None:
         return backbone
     copy = build_backbone(args, backbone.vocabulary_size)
@@ -103,14 +107,16 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         backbone = build_backbone(args, tokenizer.vocabulary_size, **dropout)
         model = models.mini_bert_pretraining(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
+        heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]  # mlm: no NSP loss or metric
+        backbone.pooler.trainable = model.nsp_head.trainable = nsp  # only NSP trains them
         model.compile(
             keras.optimizers.AdamW(common.warmup_cosine(args.learning_rate, steps), weight_decay=0.01),
             loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True, reduction="mean_with_sample_weight"),
-                  "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
-            loss_weights={"mlm_logits": 1.0, "nsp_logits": 1.0 if nsp else 0.0},
-            weighted_metrics={"mlm_logits": ["sparse_categorical_accuracy"],
-                              "nsp_logits": ["sparse_categorical_accuracy"]},
+                  "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)} if nsp else
+                 {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True, reduction="mean_with_sample_weight")},
+            weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads},
             jit_compile=args.jit_compile)
     start = time.time()
     if pretrained_path.is_file():
