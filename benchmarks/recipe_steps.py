@@ -63,8 +63,9 @@ def build(recipe, jit_compile="auto"):
     if recipe == "imdb":
         model = models.build(args.preset, vocabulary_size=args.vocabulary_size,
                              sequence_length=args.sequence_length, class_names=["negative", "positive"])
-        ema = {"use_ema": True, "ema_momentum": args.ema} if args.ema else {}  # the recipe's default since
-        model.compile(keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01, **ema), scce,
+        from recipes import train_imdb
+
+        model.compile(train_imdb.optimizer(args, batch), scce,  # the recipe's own (its --ema included)
                       metrics=["accuracy"], jit_compile=jit_compile)
         data = (ids(batch, args.sequence_length), ids(batch, high=2) - 1)
     elif recipe == "translator":

@@ -108,14 +108,13 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         model = models.mini_bert_pretraining(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
         heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]  # mlm: no NSP loss or metric
+        losses = {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True, reduction="mean_with_sample_weight"),
+                  "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
         backbone.pooler.trainable = model.nsp_head.trainable = nsp  # only NSP trains them
         model.compile(
             keras.optimizers.AdamW(common.warmup_cosine(args.learning_rate, steps), weight_decay=0.01),
-            loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True, reduction="mean_with_sample_weight"),
-                  "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)} if nsp else
-                 {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True, reduction="mean_with_sample_weight")},
+            loss={head: losses[head] for head in heads},
             weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads},
             jit_compile=args.jit_compile)
     start = time.time()

@@ -68,6 +68,12 @@ def learning_rate(args, train_examples):
     return common.warmup_cosine(args.learning_rate, args.epochs * -(-train_examples // args.batch_size))
 
 
+def optimizer(args, train_examples):
+    """The recipe's AdamW: `learning_rate(...)`, weight decay 0.01, the `--ema` moving average unless 0."""
+    ema = {"use_ema": True, "ema_momentum": args.ema} if args.ema else {}
+    return keras.optimizers.AdamW(learning_rate(args, train_examples), weight_decay=0.01, **ema)
+
+
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
@@ -87,8 +93,7 @@ def main(argv=None):
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
     with scope:
         model = models.build(args.preset, preprocessor=preprocessor, **overrides)
-        ema = {"use_ema": True, "ema_momentum": args.ema} if args.ema else {}
-        model.compile(keras.optimizers.AdamW(learning_rate(args, len(train_labels)), weight_decay=0.01, **ema),
+        model.compile(optimizer(args, len(train_labels)),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
