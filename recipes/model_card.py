@@ -17,7 +17,7 @@ REQUESTS = {
 
 
 COUNTS = ("_examples", "_reviews", "_pairs")
-SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout")
+SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch")
 
 
 def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):

@@ -6,6 +6,8 @@
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
     python -m recipes.pretrain_mini_bert --data-dir DATA --pretrain-steps 6000 --epochs 4 --compare-scratch  # 32 min
     python -m recipes.pretrain_mini_bert --objective mlm --pretrain-dropout 0   # Cramming's choices
+    python -m recipes.pretrain_mini_bert --data-dir DATA --epochs 30 --batch-size 256 --finetune-batch-size 32 \
+        --compare-scratch --objective mlm --pretrain-dropout 0    # a GPU's budget: +3 points (docs/RESULTS.md)
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
 
 Pretraining text: the unlabeled reviews plus the training reviews (never the
@@ -52,6 +54,8 @@ def parse_args(argv=None):
                    help="pretraining optimizer steps, split over --epochs (default: --epochs passes over the pairs)")
     p.add_argument("--finetune-epochs", type=common.positive_int, default=3)
     p.add_argument("--finetune-learning-rate", type=common.positive_float, default=5e-4)
+    p.add_argument("--finetune-batch-size", type=common.positive_int, default=None,
+                   help="batch of fine-tuning and the --compare-scratch run (default: --batch-size)")
     p.add_argument("--scratch-learning-rate", type=common.positive_float, default=1e-3,
                    help="peak learning rate of the --compare-scratch run")
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
@@ -63,6 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--compare-scratch", action="store_true",
                    help="also fine-tune a randomly initialized backbone with the same budget")
     args = common.parse_args(p, argv)
+    args.finetune_batch_size = args.finetune_batch_size or args.batch_size
     return args
 
 
@@ -167,17 +172,19 @@ def main(argv=None):
     print(f"masked-token accuracy: {mlm_metrics['masked_token_accuracy']:.4f}", flush=True)
 
     preprocessor = BertPreprocessor(tokenizer, args.sequence_length)
-    datasets = {"train": preprocessor.dataset(train_texts, train_labels, batch_size=args.batch_size,
+    batch = args.finetune_batch_size
+    datasets = {"train": preprocessor.dataset(train_texts, train_labels, batch_size=batch,
                                               shuffle=True, seed=args.seed),
-                "validation": preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size),
-                "test": preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)}
-    steps_per_epoch = -(-len(train_labels) // args.batch_size)
+                "validation": preprocessor.dataset(val_texts, val_labels, batch_size=batch),
+                "test": preprocessor.dataset(test_texts, test_labels, batch_size=batch)}
+    steps_per_epoch = -(-len(train_labels) // batch)
     with scope:
         backbone = finetuning_backbone(args, backbone)
     classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope,
                                              args.finetune_epochs, args.finetune_learning_rate, steps_per_epoch)
     clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),
                    "train_examples": len(train_labels), "finetune_epochs": args.finetune_epochs,
+                   "finetune_batch_size": batch,
                    "finetune_seconds": seconds, "pretrained": True, "backend": keras.backend.backend()}
     if args.compare_scratch:  # the same optimizer steps in all, pretraining's included
         total = mlm_metrics["pretraining_steps"] + args.finetune_epochs * steps_per_epoch

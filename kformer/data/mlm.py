@@ -21,9 +21,6 @@ import re
 import keras
 import numpy as np
 
-from kformer.data import wordpiece
-from kformer.data.preprocessors import bert_inputs, data_options
-
 _SENTENCE_END = re.compile(r"([.!?]+[\"')\]]*)\s+")  # ". " "?! " '." ' ends a sentence
 
 
@@ -74,6 +71,8 @@ def segment_pairs(texts, tokenizer, sequence_length, seed=0, verbose=0):
     >>> pairs["token_ids"].shape[1], bool(pairs["token_ids"][0, 0] == tokenizer.ids["[CLS]"])
     (8, True)
     """
+    from kformer.data import wordpiece
+
     if sequence_length < 5:
         raise ValueError(f"`sequence_length` must be >= 5. Received: sequence_length={sequence_length}")
     docs = [d for d in _tokenize_sentences(texts, tokenizer, verbose=verbose) if d]
@@ -164,6 +163,8 @@ def masking_args(tokenizer):
     >>> masking_args(WordPieceTokenizer(list(SPECIAL_TOKENS) + ["good"]))
     {'vocabulary_size': 8, 'num_special': 7, 'mask_id': 4}
     """
+    from kformer.data import wordpiece
+
     special = [tokenizer.ids[t] for t in wordpiece.SPECIAL_TOKENS]
     if sorted(special) != list(range(len(special))):
         raise ValueError(f"Special tokens must be ids 0..{len(special) - 1}. Received ids: {special}")
@@ -276,6 +277,8 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
     (['mask_positions', 'padding_mask', 'segment_ids', 'token_ids'], (2, 2))
     """
     import tensorflow as tf
+
+    from kformer.data.preprocessors import bert_inputs, data_options
 
     token_ids = np.asarray(arrays["token_ids"], "int32")
     length = token_ids.shape[1]

@@ -69,7 +69,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
         "--finetune-epochs=1", "--vocabulary-size=300", "--sequence-length=32", "--batch-size=16",
         "--pretrain-steps=7", "--compare-scratch", "--no-export", f"--output-dir={tmp_path}",
-        "--objective=mlm", "--pretrain-dropout=0"])
+        "--objective=mlm", "--pretrain-dropout=0", "--finetune-batch-size=8"])
     mlm_metrics = json.loads((mlm_dir / "metrics.json").read_text())
     assert 0.0 <= mlm_metrics["masked_token_accuracy"] <= 1.0
     assert mlm_metrics["objective"] == "mlm" and mlm_metrics["next_sentence_accuracy"] is None
@@ -78,8 +78,12 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert len(log) == 2  # the header and the one epoch of 7 steps
     clf_metrics = json.loads((clf_dir / "metrics.json").read_text())
     assert 0.0 <= clf_metrics["test_accuracy"] <= 1.0 and clf_metrics["pretrained"]
-    # from scratch: as many optimizer steps as pretraining and fine-tuning together (4 + 7 -> 3 epochs of 4)
-    assert clf_metrics["train_examples"] == 58 and clf_metrics["scratch_epochs"] == 3
+    # from scratch: as many optimizer steps as pretraining and fine-tuning together
+    # (7 + 8 -> 2 epochs of 8: 58 reviews in fine-tuning batches of 8, not the pretraining batch of 16)
+    assert clf_metrics["train_examples"] == 58 and clf_metrics["scratch_epochs"] == 2
+    assert clf_metrics["finetune_batch_size"] == 8
+    training = (clf_dir / "README.md").read_text().split("## Training")[1]  # the card: a setting, not a score
+    assert "| finetune_batch_size | 8 |" in training
     assert 0.0 <= clf_metrics["scratch_test_accuracy"] <= 1.0
     pretrained, classifier = models.load(mlm_dir), models.load(clf_dir)
     assert {"mlm_logits", "nsp_logits"} == set(pretrained.output)
