@@ -20,11 +20,14 @@ Flags after `--` in `prepare` are the recipe's (`--seed`, `--vocabulary-size`,
 `--sequence-length`, `--max-examples`); `train` takes the rest of the recipe's
 choices (AdamW, weight decay 0.01, warmup over 10 % of the steps then cosine
 decay, early stopping on validation accuracy with the best epoch restored).
+The held-out pairs are the recipe's; their masks are drawn once with the
+recipe's seed (the recipe's own validation set draws them with seed 0).
 """
 
 import argparse
 import json
 import math
+import os
 import pathlib
 import sys
 import time
@@ -53,17 +56,20 @@ def prepare(argv):
     pairs = prepared.nsp_pairs(prepared.cache_dir(recipe.output_dir, name), corpus, tokenizer,
                                recipe.sequence_length, recipe.seed, verbose=2)
     preprocessor = BertPreprocessor(tokenizer, recipe.sequence_length)
-    columns = {"pair_token_ids": pairs["token_ids"].astype("uint16"),
+    ids = "uint16" if tokenizer.vocabulary_size <= 2**16 else "int32"
+    columns = {"pair_token_ids": pairs["token_ids"].astype(ids),
                "pair_segment_ids": pairs["segment_ids"].astype("uint8"),
                "nsp_labels": pairs["nsp_labels"].astype("uint8")}
     for split in ("train", "validation", "test"):
         texts, labels = splits[split]
-        columns[f"{split}_token_ids"] = preprocessor.encode(texts)["token_ids"].astype("uint16")
+        columns[f"{split}_token_ids"] = preprocessor.encode(texts)["token_ids"].astype(ids)
         columns[f"{split}_labels"] = np.asarray(labels, "uint8")
-    np.savez_compressed(args.arrays / ARRAYS, **columns)
     config = {"preset": recipe.preset, "sequence_length": recipe.sequence_length, "seed": recipe.seed,
               **mlm.masking_args(tokenizer), "pretraining_texts": len(corpus)}
-    (args.arrays / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    common.write_json(args.arrays / "config.json", config)
+    with open(args.arrays / f".tmp-{ARRAYS}", "wb") as f:  # atomic: a killed run leaves no half file
+        np.savez_compressed(f, **columns)
+    os.replace(args.arrays / f".tmp-{ARRAYS}", args.arrays / ARRAYS)
     print(json.dumps({k: list(v.shape) for k, v in columns.items()}))
 
 
@@ -175,6 +181,9 @@ def train(argv):
         p.error(f"--finetune-at epochs must be in [1, {args.pretrain_epochs - 1}]. Received: {args.finetune_at}")
     if not (args.arrays / ARRAYS).is_file():
         p.error(f"{args.arrays / ARRAYS} not found: run `prepare {args.arrays}` first")
+    if (args.out / "metrics.json").exists():
+        p.error(f"--out {args.out} already holds a run's metrics.json: pass a new folder (results are never "
+                "overwritten)")
     from kformer import models
 
     config = json.loads((args.arrays / "config.json").read_text())
@@ -246,7 +255,8 @@ def train(argv):
 
 
 def save(out, metrics):
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (out / ".tmp-metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    os.replace(out / ".tmp-metrics.json", out / "metrics.json")  # atomic
     print(json.dumps(metrics), flush=True)
 
 

@@ -75,3 +75,13 @@ def test_train_names_the_bad_flag_or_missing_arrays(tmp_path, capsys, flags, mes
     with pytest.raises(SystemExit) as exit_:
         mini_bert_gpu.train([str(tmp_path), "--out", str(tmp_path / "out"), *flags])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_train_never_overwrites_a_finished_runs_results(tmp_path, capsys):
+    (tmp_path / "arrays.npz").write_bytes(b"")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "metrics.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_:
+        mini_bert_gpu.train([str(tmp_path), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and "already holds a run's metrics.json" in capsys.readouterr().err
+    assert (tmp_path / "out" / "metrics.json").read_text() == "{}"
