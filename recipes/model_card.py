@@ -16,7 +16,7 @@ REQUESTS = {
 }
 
 
-COUNTS = ("_examples", "_reviews", "_pairs")
+COUNTS = ("_examples", "_reviews", "_pairs", "_texts")
 SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch")
 
 

@@ -96,6 +96,8 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
     cached = sorted(p.name.split("-")[0] for p in (tmp_path / "bert_tiny_mlm" / "_prepared").iterdir())
     assert cached == ["nsp_pairs", "vocabulary"]  # a rerun reuses both (tests/recipes/test_prepared.py)
+    data, metrics_table = (mlm_dir / "README.md").read_text().split("## Data")[1].split("## Test metrics")
+    assert "| pretraining_texts |" in data and "pretraining_texts" not in metrics_table.split("## Training")[0]
     assert_figures(mlm_dir)  # pretraining curves (MLM and NSP) and attention on a masked sentence
     assert_figures(clf_dir)  # fine-tuning curves
 
