@@ -278,19 +278,19 @@ def plot(argv):
             return [float(row[name]) for row in csv.DictReader(f)]
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=(1, 1.4))
-    runs = [("finetune", "test_accuracy", "pretrained, fine-tuned", "-"),
-            ("scratch", "scratch_test_accuracy", "from scratch, same steps", "--"),
-            ("scratch_short", "scratch_short_test_accuracy", "from scratch, 3 epochs", ":")]
-    for color, folder in zip(("C0", "C1", "C2", "C3"), args.results):
-        metrics = json.loads((folder / "metrics.json").read_text())
-        seed = folder.name  # the run's label
+    for index, folder in enumerate(args.results):
+        metrics, color, run = json.loads((folder / "metrics.json").read_text()), f"C{index}", folder.name
         accuracy = column(folder / "pretrain_log.csv", "val_mlm_logits_sparse_categorical_accuracy")
-        left.plot(range(1, len(accuracy) + 1), accuracy, color=color, label=seed)
-        for stage, key, label, style in runs:
+        left.plot(range(1, len(accuracy) + 1), accuracy, color=color, label=run)
+        for stage, key, label, style in [
+                ("finetune", "test_accuracy", "pretrained, fine-tuned", "-"),
+                ("scratch", "scratch_test_accuracy", "from scratch, same steps", "--"),
+                ("scratch_short", "scratch_short_test_accuracy",
+                 f"from scratch, {metrics['finetune_epochs']} epochs", ":")]:
             if key in metrics:
                 curve = column(folder / f"{stage}_log.csv", "val_accuracy")
                 right.plot(range(1, len(curve) + 1), curve, style, color=color, marker="o", markersize=3,
-                           label=f"{seed}, {label}: test {100 * metrics[key]:.2f} %")
+                           label=f"{run}, {label}: test {100 * metrics[key]:.2f} %")
     left.set(title=f"pretraining ({metrics['pretraining_steps']} steps of {metrics['batch_size']})",
              xlabel="epoch", ylabel="held-out masked-token accuracy")
     right.set(title="IMDB sentiment fine-tuning", xlabel="epoch", ylabel="validation accuracy")

@@ -63,6 +63,8 @@ def test_prepare_saves_the_recipes_data_and_train_runs_all_stages_without_tensor
     assert len(rows) == 3 and "val_mlm_logits_sparse_categorical_accuracy" in rows[0]
     assert {p.name for p in out.glob("*_log.csv")} == {"pretrain_log.csv", "finetune_log.csv", "scratch_log.csv",
                                                        "scratch_short_log.csv", "finetune_at_1_log.csv"}
+    mini_bert_gpu.plot([str(out), "--out", str(tmp_path / "curves.png")])
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize("flags, message", [
