@@ -6,7 +6,7 @@
     python -m recipes.pretrain_mini_bert --compare-scratch           # also train from scratch, same budget
     python -m recipes.pretrain_mini_bert --data-dir DATA --pretrain-steps 6000 --epochs 4 --compare-scratch  # 32 min
     python -m recipes.pretrain_mini_bert --objective mlm --pretrain-dropout 0   # Cramming's choices
-    python -m recipes.pretrain_mini_bert --data-dir DATA --epochs 30 --batch-size 256 --finetune-batch-size 32 \
+    python -m recipes.pretrain_mini_bert --data-dir DATA --epochs 30 --batch-size 256 --finetune-batch-size 32 \\
         --compare-scratch --objective mlm --pretrain-dropout 0    # a GPU's budget: +3 points (docs/RESULTS.md)
     python -m recipes.pretrain_mini_bert --epochs 1 --finetune-epochs 1 --max-examples 256
 
