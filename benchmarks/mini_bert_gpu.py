@@ -109,13 +109,10 @@ def masked_batch(pairs, masking, rng):
     """Pairs -> `(x, y, sample_weight)` for `mini_bert_pretraining`, as `mlm.make_pretraining_dataset`."""
     from kformer.data import mlm
 
-    ids = pairs["token_ids"].astype("int32")
-    masked, positions, labels, weights = mlm.mask_tokens(ids, rng=rng, **masking)
-    x = {"token_ids": masked, "segment_ids": pairs["segment_ids"].astype("int32"),
-         "padding_mask": ids != 0, "mask_positions": positions}
+    masked, positions, labels, weights = mlm.mask_tokens(pairs["token_ids"].astype("int32"), rng=rng, **masking)
     nsp = pairs["nsp_labels"].astype("int32")
-    return x, {"mlm_logits": labels, "nsp_logits": nsp}, {"mlm_logits": weights,
-                                                          "nsp_logits": np.ones(len(nsp), "float32")}
+    return mlm.pretraining_inputs(masked, pairs["segment_ids"].astype("int32"), positions, labels, weights, nsp,
+                                  np.ones(len(nsp), "float32"))
 
 
 def reviews(arrays, split):
@@ -124,17 +121,10 @@ def reviews(arrays, split):
     return x, arrays[f"{split}_labels"].astype("int32")
 
 
-def adamw(peak, steps):
-    """The recipes' optimizer: AdamW (decay 0.01), warmup over 10 % of `steps`, then cosine decay to 0."""
-    warmup = int(steps * 0.1)
-    schedule = keras.optimizers.schedules.CosineDecay(0.0, max(1, steps - warmup), warmup_target=peak,
-                                                      warmup_steps=warmup)
-    return keras.optimizers.AdamW(schedule, weight_decay=0.01)
-
-
 def classify(args, backbone, arrays, epochs, learning_rate, log):
     """Fine-tune a classifier on `backbone`; early stopping keeps the best validation epoch -> (accuracy, s)."""
     from kformer import models
+    from recipes.common import adamw
 
     train_x, train_y = reviews(arrays, "train")
     steps = epochs * math.ceil(len(train_y) / args.finetune_batch_size)
@@ -185,6 +175,8 @@ def train(argv):
         p.error(f"--out {args.out} already holds a run's metrics.json: pass a new folder (results are never "
                 "overwritten)")
     from kformer import models
+    from recipes.common import adamw
+    from recipes.pretrain_mini_bert import compile_pretraining
 
     config = json.loads((args.arrays / "config.json").read_text())
     masking = {k: config[k] for k in ("vocabulary_size", "num_special", "mask_id")}
@@ -204,16 +196,9 @@ def train(argv):
     x, y, weights = masked_batch({k: v[cut:] for k, v in pairs.items()}, masking,
                                  np.random.default_rng(config["seed"]))  # held-out masks drawn once
     steps = args.pretrain_epochs * len(train_pairs)
-    nsp = args.objective == "mlm_nsp"
-    heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]
     pretrained = backbone(**({} if args.pretrain_dropout is None else {"dropout": args.pretrain_dropout}))
     model = models.mini_bert_pretraining(pretrained)
-    pretrained.pooler.trainable = model.nsp_head.trainable = nsp
-    losses = {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
-                  from_logits=True, reduction="mean_with_sample_weight"),
-              "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
-    model.compile(adamw(args.learning_rate, steps), loss={h: losses[h] for h in heads},
-                  weighted_metrics={h: ["sparse_categorical_accuracy"] for h in heads})
+    compile_pretraining(model, args.objective, adamw(args.learning_rate, steps))  # the recipe's losses
     snapshots = Snapshots(pretrained, args.finetune_at)
     start = time.time()
     model.fit(train_pairs, epochs=args.pretrain_epochs, validation_data=(x, y, weights),

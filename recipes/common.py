@@ -334,6 +334,11 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
     return write
 
 
+def adamw(peak, steps):
+    """The recipes' AdamW: weight decay 0.01, `warmup_cosine(peak, steps)`."""
+    return keras.optimizers.AdamW(warmup_cosine(peak, steps), weight_decay=0.01)
+
+
 def warmup_cosine(peak, steps, warmup_fraction=0.1):
     """Learning rate: linear warmup to `peak` over `warmup_fraction` of `steps`, then cosine decay to 0."""
     warmup = int(steps * warmup_fraction)

@@ -36,7 +36,6 @@ import keras
 
 from kformer import models, viz
 from kformer.data import mlm
-from kformer.data.preprocessors import BertPreprocessor
 from recipes import common, prepared
 
 CLASS_NAMES = ["negative", "positive"]
@@ -106,22 +105,15 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         train_ds = train_ds.repeat()
     steps = args.epochs * (steps_per_epoch or -(-cut // args.batch_size))
     val_ds = mlm.make_pretraining_dataset(held_out, args.batch_size, dynamic_masking=False, **masking)
+    from kformer.data.preprocessors import BertPreprocessor  # TensorFlow: imported where used
+
     dropout = {} if args.pretrain_dropout is None else {"dropout": args.pretrain_dropout}
     nsp = args.objective == "mlm_nsp"
     with scope:
         backbone = build_backbone(args, tokenizer.vocabulary_size, **dropout)
         model = models.mini_bert_pretraining(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
-        heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]  # mlm: no NSP loss or metric
-        losses = {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True, reduction="mean_with_sample_weight"),
-                  "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
-        backbone.pooler.trainable = model.nsp_head.trainable = nsp  # only NSP trains them
-        model.compile(
-            keras.optimizers.AdamW(common.warmup_cosine(args.learning_rate, steps), weight_decay=0.01),
-            loss={head: losses[head] for head in heads},
-            weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads},
-            jit_compile=args.jit_compile)
+        compile_pretraining(model, args.objective, common.adamw(args.learning_rate, steps), args.jit_compile)
     start = time.time()
     if pretrained_path.is_file():
         model.load_weights(pretrained_path)
@@ -141,13 +133,29 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     return model, backbone, metrics
 
 
+def compile_pretraining(model, objective, optimizer, jit_compile="auto"):
+    """Compile a `mini_bert_pretraining` model for `objective` ("mlm_nsp" or "mlm").
+
+    Masked-token loss averaged over real masks (`mean_with_sample_weight`);
+    with "mlm" there is no NSP loss or metric, and the pooler and NSP head,
+    which only NSP trains, are frozen.
+    """
+    nsp = objective == "mlm_nsp"
+    heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]
+    losses = {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
+                  from_logits=True, reduction="mean_with_sample_weight"),
+              "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
+    model.backbone.pooler.trainable = model.nsp_head.trainable = nsp
+    model.compile(optimizer, loss={head: losses[head] for head in heads},
+                  weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads}, jit_compile=jit_compile)
+
+
 def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, learning_rate, steps_per_epoch):
     steps = epochs * steps_per_epoch
     with scope:
         model = models.mini_bert_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
                                             preprocessor=preprocessor)
-        model.compile(keras.optimizers.AdamW(common.warmup_cosine(learning_rate, steps), weight_decay=0.01),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        model.compile(common.adamw(learning_rate, steps), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, datasets["train"], datasets["validation"], args, epochs, work_dir, "val_accuracy")
@@ -170,6 +178,8 @@ def main(argv=None):
     pretrained_path = work_dir / "pretrained.weights.h5"
     mlm_model, backbone, mlm_metrics = pretrain(args, tokenizer, corpus, work_dir, scope, pretrained_path)
     print(f"masked-token accuracy: {mlm_metrics['masked_token_accuracy']:.4f}", flush=True)
+
+    from kformer.data.preprocessors import BertPreprocessor
 
     preprocessor = BertPreprocessor(tokenizer, args.sequence_length)
     batch = args.finetune_batch_size

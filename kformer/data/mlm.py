@@ -278,7 +278,7 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
     """
     import tensorflow as tf
 
-    from kformer.data.preprocessors import bert_inputs, data_options
+    from kformer.data.preprocessors import data_options
 
     token_ids = np.asarray(arrays["token_ids"], "int32")
     length = token_ids.shape[1]
@@ -305,11 +305,34 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
         ds = ds.map(remask)  # sequential (no num_parallel_calls): one rng, used in order
 
     def to_inputs(ids, segments, nsp, masked, positions, mask_ids, weights):
-        x = {**bert_inputs(masked, segments), "mask_positions": positions}
-        y = {"mlm_logits": mask_ids, "nsp_logits": nsp}
-        return x, y, {"mlm_logits": weights, "nsp_logits": tf.ones_like(nsp, tf.float32)}
+        return pretraining_inputs(masked, segments, positions, mask_ids, weights, nsp, tf.ones_like(nsp, tf.float32))
 
     return ds.map(to_inputs).prefetch(2).with_options(data_options())
+
+
+def pretraining_inputs(masked, segment_ids, mask_positions, mask_ids, mask_weights, nsp_labels, nsp_weights):
+    """One masked batch -> `(x, y, sample_weight)` for `mini_bert_pretraining` (numpy arrays or tf tensors).
+
+    Args:
+        masked: int `(batch, seq)`. Token ids after masking, 0 = padding.
+        segment_ids: int `(batch, seq)`.
+        mask_positions, mask_ids: int `(batch, max_masks)`, as `mask_tokens` returns them.
+        mask_weights: float `(batch, max_masks)`. 1 for a real mask, 0 for padding.
+        nsp_labels: int `(batch,)`. nsp_weights: float `(batch,)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> ids = np.array([[2, 4, 9, 3, 0]])
+    >>> x, y, w = pretraining_inputs(ids, 0 * ids, np.array([[1]]), np.array([[8]]), np.ones((1, 1)),
+    ...                              np.array([1]), np.ones(1))
+    >>> x["padding_mask"].tolist(), sorted(y), sorted(w)
+    ([[True, True, True, True, False]], ['mlm_logits', 'nsp_logits'], ['mlm_logits', 'nsp_logits'])
+    """
+    x = {"token_ids": masked, "segment_ids": segment_ids, "padding_mask": masked != 0,
+         "mask_positions": mask_positions}
+    y = {"mlm_logits": mask_ids, "nsp_logits": nsp_labels}
+    return x, y, {"mlm_logits": mask_weights, "nsp_logits": nsp_weights}
 
 
 def masked_accuracy(mask_ids, mlm_logits, mask_weights):
