@@ -233,7 +233,8 @@ def progress_verbosity(args):
 # changes what is trained, so resuming with it would mix two runs.
 MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "no_plots", "jit_compile",
                         "learning_rate", "finetune_learning_rate", "max_test_examples", "num_beams",
-                        "sample_length", "compare_scratch", "no_repeat_ngram_size", "serving_xla"}
+                        "sample_length", "compare_scratch", "no_repeat_ngram_size", "serving_xla",
+                        "max_length_ratio", "max_length_offset"}
 
 
 def training_dir(args, name):

@@ -16,15 +16,16 @@ REQUESTS = {
 }
 
 
-COUNTS = ("_examples", "_reviews", "_pairs", "_texts")
-SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch")
+COUNTS = ("_examples", "_reviews", "_pairs", "_texts", "_sources")
+SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch",
+            "beams", "ngram", "max_length")  # decoding settings too: not scores
 
 
 def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):
     """A recipe's card from its flags and metrics.
 
-    Counts become the data table, training settings and times (`SETTINGS` in
-    the key) the training table, other numbers the test metrics.
+    Counts become the data table, training and decoding settings and times
+    (`SETTINGS` in the key) the training table, other numbers the test metrics.
     """
     data = {"dataset": dataset, **{k: v for k, v in metrics.items() if k.endswith(COUNTS)}}
     training = {k: v for k, v in metrics.items()
@@ -43,7 +44,7 @@ def facts(*, model, name, recipe, argv, config, data, metrics, training, limits,
         model: the trained task. name: str, the model's base folder name.
         recipe: str, the recipe module. argv: list of str, its flags.
         config: dict, the build config. data: dict, data set and split sizes.
-        metrics: dict, the test metrics. training: dict, epochs and seconds.
+        metrics: dict, the test metrics. training: dict, training and decoding settings, seconds.
         limits: list of str, known limits.
         figures: {file name: caption} of the PNGs in the folder, or None.
     """
@@ -103,7 +104,7 @@ curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
 |---|---|
 {rows(card['metrics'])}
 
-## Training
+## Training and decoding
 
 | | |
 |---|---|

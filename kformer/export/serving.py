@@ -52,7 +52,7 @@ def export_for_serving(task, export_dir, *, version=None, **options):
 
 def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
                      model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                     xla=False):
+                     xla=False, max_length_ratio=None, max_length_offset=10):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
@@ -71,6 +71,10 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
         no_repeat_ngram_size: int. Translation and text generation: no
             n-gram is generated twice in a row's output (`0`, the default: off;
             see `kformer.models.generate`).
+        max_length_ratio, max_length_offset: Translation: row `i` stops after
+            `floor(max_length_ratio * n_i) + max_length_offset` tokens, `n_i`
+            its source length (see `kformer.models.generate`). Defaults
+            `None` (off: `max_length`), `10`.
         xla: bool. Translation: also write `translate_xla`, greedy decoding
             with the loop compiled by XLA (about 2x faster on a CPU,
             docs/BENCHMARKS.md). TF Serving runs it only with XLA turned on
@@ -93,7 +97,8 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
     True
     """
     preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name,
-                                     top_p, temperature, no_repeat_ngram_size, xla)
+                                     top_p, temperature, no_repeat_ngram_size, xla, max_length_ratio,
+                                     max_length_offset)
     directory = pathlib.Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"`directory` must be an empty folder or a new path. Received: {directory} "
@@ -136,7 +141,7 @@ def default_preprocessor(task):
 
 
 def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature,
-             no_repeat_ngram_size, xla=False):
+             no_repeat_ngram_size, xla=False, max_length_ratio=None, max_length_offset=10):
     task_type = getattr(task, "task_type", None)
     if task_type not in SIGNATURES:
         raise ValueError("`task` must be a kformer task model with serving signatures "
@@ -157,6 +162,18 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
         for name in ("max_length", "num_beams"):
             if not isinstance(options[name], int) or options[name] < 1:
                 raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={options[name]!r}")
+        if max_length_ratio is not None:
+            if isinstance(max_length_ratio, bool) or not isinstance(max_length_ratio, (int, float)) \
+                    or not 0 < max_length_ratio < float("inf"):
+                raise ValueError("`max_length_ratio` must be a finite number > 0, or None. Received: "
+                                 f"max_length_ratio={max_length_ratio!r}")
+            if not isinstance(max_length_offset, int) or isinstance(max_length_offset, bool) or max_length_offset < 0:
+                raise ValueError("`max_length_offset` must be an int >= 0. Received: "
+                                 f"max_length_offset={max_length_offset!r}")
+            options.update(max_length_ratio=float(max_length_ratio), max_length_offset=max_length_offset)
+    elif max_length_ratio is not None:
+        raise ValueError(f"`max_length_ratio` is for translation. Received: max_length_ratio={max_length_ratio!r} "
+                         f"for a {task_type} task")
     if task_type == "text_generation":
         options.update(max_length=max_length or preprocessor.sequence_length, top_p=top_p,
                        temperature=temperature)

@@ -59,7 +59,9 @@ def translate(strategy, jit_compile=False):
         decode = decode_function(task, strategy=strategy, max_length=options["max_length"],
                                  num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
                                  end_token_id=preprocessor.end_token_id,
-                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
+                                 max_length_ratio=options.get("max_length_ratio"),
+                                 max_length_offset=options.get("max_length_offset", 10))
         if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
             decode = tf.function(decode, jit_compile=True, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 

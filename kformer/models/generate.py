@@ -84,9 +84,18 @@ def _next_logits(decoder, t, word, tokens, caches, logits, extra, c):
                     lambda: (logits, caches))
 
 
+def _row_limits(inputs, c):
+    """Translator: the most tokens each row generates, `ratio * source length + offset`, or None (`max_length`)."""
+    if c.get("max_length_ratio") is None:
+        return None
+    source_length = ops.sum(ops.cast(ops.not_equal(inputs, 0), "float32"), axis=1)
+    return ops.cast(ops.floor(c["max_length_ratio"] * source_length), "int32") + c["max_length_offset"]
+
+
 def _decode_loop(decoder, inputs, noise, c):
     """Greedy or sampling -> token buffer `(batch, length)` (see `decoder.output`)."""
     tokens, prompt, start, caches, extra, logits = decoder.prefill(inputs, c)
+    limits = _row_limits(inputs, c)
     length = ops.shape(tokens)[1]
 
     def cond(t, tokens, caches, logits, done):
@@ -106,6 +115,8 @@ def _decode_loop(decoder, inputs, noise, c):
         word = ops.where(done, 0, word)
         tokens = ops.slice_update(tokens, [0, t], word[:, None])
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
+        if limits is not None:  # buffer slot t holds generated token t (slot 0 is [START])
+            done = ops.logical_or(done, t >= limits)
         logits, caches = _next_logits(decoder, t, word, tokens, caches, logits, extra, c)
         return t + 1, tokens, caches, logits, done
 
@@ -120,6 +131,8 @@ def _beam_loop(decoder, inputs, c):
     tokens, prompt, start, caches, extra, logits = decoder.prefill(inputs, c)
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     flat = batch * beams
+    limits = _row_limits(inputs, c)
+    limits = None if limits is None else ops.repeat(limits, beams, axis=0)  # a row's beams share its limit
     tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
     caches, extra = ops.repeat(caches, beams, axis=1), decoder.repeat(extra, beams)
     # Only beam 0 is alive at first, so the first free step does not pick duplicates.
@@ -146,6 +159,8 @@ def _beam_loop(decoder, inputs, c):
         tokens = ops.slice_update(tokens, [0, t], word[:, None])
         lengths = ops.where(ops.logical_or(done, forced), lengths, lengths + 1)
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
+        if limits is not None:
+            done = ops.logical_or(done, t >= limits)
         logits, caches = _next_logits(decoder, t, word, tokens, caches, logits, extra, c)
         return t + 1, tokens, caches, logits, scores, done, lengths
 
@@ -178,7 +193,7 @@ _COMPILED = {}
 
 def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
              num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True,
-             no_repeat_ngram_size=0):
+             no_repeat_ngram_size=0, max_length_ratio=None, max_length_offset=10):
     """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
     Translator: returns the generated tokens after `start_token_id`, through
@@ -212,6 +227,13 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             row (prompt included) already holds, as in Hugging Face's
             `no_repeat_ngram_size`; stops "y las dos y las dos" loops. `0`
             (default) turns it off.
+        max_length_ratio: float or None. Translator only: row `i` generates
+            at most `floor(max_length_ratio * n_i) + max_length_offset`
+            tokens, `n_i` its source length without padding (fairseq's
+            `max_len_a` / `max_len_b`), and never more than `max_length`.
+            A batch of short sources stops sooner, and a row caught in a
+            loop stops near its source's length. `None` (default): `max_length`.
+        max_length_offset: int >= 0. See `max_length_ratio`. Defaults to `10`.
 
     Returns:
         int32 numpy: `(batch, max_length)`.
@@ -229,9 +251,13 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     config = _check(decoder, ids, dict(
         max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
         num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
-        use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size))
+        use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
+        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
     seed = config.pop("seed")
-    ids = _pad_width(ids, None if decoder.family == "translator" else config["max_length"])
+    if decoder.family == "translator":  # drop all-padding columns: a batch of short sources encodes short
+        ids = _pad_width(ids[:, :max(1, np.flatnonzero(ids.any(axis=0)).max(initial=0) + 1)], None)
+    else:
+        ids = _pad_width(ids, config["max_length"])
     key = (id(model), tuple(sorted(config.items())))
     if key not in _COMPILED:
         generator = _Generator(model, config)
@@ -245,7 +271,8 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
 
 
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
-                    num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0):
+                    num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0,
+                    max_length_ratio=None, max_length_offset=10):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
     In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
@@ -255,7 +282,8 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
     Args:
         model: a `Translator` or a `CausalLM`.
         max_length, start_token_id, end_token_id, strategy, num_beams,
-            length_penalty, k, p, temperature, no_repeat_ngram_size: as in `generate`.
+            length_penalty, k, p, temperature, no_repeat_ngram_size,
+            max_length_ratio, max_length_offset: as in `generate`.
 
     Example:
 
@@ -269,7 +297,8 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
     config = _check(decoder, np.ones((1, 1), "int32"), dict(
         max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
         num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
-        use_cache=True, seed=None, no_repeat_ngram_size=no_repeat_ngram_size))
+        use_cache=True, seed=None, no_repeat_ngram_size=no_repeat_ngram_size,
+        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
     config.pop("seed")
     if strategy == "beam":
         return lambda token_ids, noise=None: _beam_loop(decoder, ops.cast(token_ids, "int32"), config)
@@ -334,6 +363,20 @@ def _check(decoder, ids, c):
         _check_prompts(ids, c["max_length"])
         c["start_token_id"] = 0
         c["end_token_id"] = -1 if c["end_token_id"] is None else c["end_token_id"]
+    if c["max_length_ratio"] is None:
+        c["max_length_offset"] = None  # unused: one compiled loop
+    else:
+        ratio, offset = c["max_length_ratio"], c["max_length_offset"]
+        if not translator:
+            raise ValueError("`max_length_ratio` is for translators (a limit from the source length); a CausalLM "
+                             f"stops at `max_length`. Received: max_length_ratio={ratio!r}")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(ratio) or ratio <= 0:
+            raise ValueError(f"`max_length_ratio` must be a finite number > 0, or None. Received: "
+                             f"max_length_ratio={ratio!r}")
+        if not _is_int(offset) or offset < 0:
+            raise ValueError(f"`max_length_offset` must be an int >= 0. Received: max_length_offset={offset!r}")
+        c["max_length_ratio"] = float(ratio)
     if c["strategy"] == "beam" and not c["use_cache"]:
         raise ValueError("Beam search always uses the cache. Received: use_cache=False")
     if c["strategy"] == "top_k":

@@ -1,6 +1,7 @@
 """Encoder-decoder translator ("Attention Is All You Need", Figure 1)."""
 
 import keras
+import numpy as np
 
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
@@ -140,7 +141,9 @@ class Translator(Task):
         Tokenizes with the preprocessor, decodes with `generate` (`strategy`:
         "greedy", "beam", "top_k" or "top_p"; other `generate` arguments such
         as `num_beams` pass through), detokenizes. `max_length` defaults to
-        the preprocessor's `sequence_length`.
+        the preprocessor's `sequence_length`. Texts are batched by source
+        length (short with short, so a batch's loop ends sooner) and returned
+        in the order given.
         """
         preprocessor = self._require_preprocessor("translate")
         single = isinstance(texts, str)
@@ -148,9 +151,12 @@ class Translator(Task):
         options = dict(max_length=max_length or preprocessor.sequence_length, strategy=strategy,
                        start_token_id=preprocessor.start_token_id,
                        end_token_id=preprocessor.end_token_id, **kwargs)
-        outputs = []
+        order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")
+        outputs = [None] * len(source)
         for start in range(0, len(source), batch_size):
-            outputs += preprocessor.detokenize(self.generate(source[start:start + batch_size], **options))
+            rows = order[start:start + batch_size]
+            for row, text in zip(rows, preprocessor.detokenize(self.generate(source[rows], **options))):
+                outputs[row] = text
         return outputs[0] if single else outputs
 
 

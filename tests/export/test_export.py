@@ -82,10 +82,12 @@ def served(tokenizer, tmp_path_factory):
 def _export_translator(tokenizer, base, text, add):
     translator = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                    preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 16))
+    limit = dict(max_length_ratio=0.5, max_length_offset=2)  # binds: the untrained model rarely ends
     path = export.export_for_serving(translator, base / "translator", max_length=10, num_beams=3,
-                                     no_repeat_ngram_size=2, xla=True)
+                                     no_repeat_ngram_size=2, xla=True, **limit)
     for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam"), ("translate_xla", "greedy")):
-        want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10, no_repeat_ngram_size=2)
+        want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10, no_repeat_ngram_size=2,
+                                    **limit)
         add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)})
 
 
@@ -282,6 +284,14 @@ def test_bad_arguments_name_the_argument(tokenizer):
     with pytest.raises(ValueError, match="`xla` must be a bool, and True only for translation.*"
                                          "Received: xla=True for a text_classification task"):
         export.save_for_serving(fitting, "unused", xla=True)
+    with pytest.raises(ValueError, match="`max_length_ratio` is for translation.*for a text_classification"):
+        export.save_for_serving(fitting, "unused", max_length_ratio=1.5)
+    translator = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                   preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 16))
+    with pytest.raises(ValueError, match="`max_length_ratio` must be a finite number > 0.*max_length_ratio=-1"):
+        export.save_for_serving(translator, "unused", max_length_ratio=-1)
+    with pytest.raises(ValueError, match="`max_length_offset` must be an int >= 0.*max_length_offset=1.5"):
+        export.save_for_serving(translator, "unused", max_length_ratio=2, max_length_offset=1.5)
     lm = models.causal_lm(preset="gpt_tiny", sequence_length=16, preprocessor=CausalLMPreprocessor(tokenizer, 16))
     with pytest.raises(ValueError, match=r"`max_length` must be an int in \[2, 16\].*max_length=40"):
         export.save_for_serving(lm, "unused", max_length=40)

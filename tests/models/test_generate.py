@@ -134,6 +134,40 @@ def test_sampling_is_seeded_and_respects_top_k(translator):
     assert a.shape == (3, 8) and a.min() >= 0 and a.max() < 40
 
 
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_max_length_ratio_stops_each_row_by_its_source_length(translator, strategy):
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END, strategy=strategy, num_beams=2)
+    free = models.generate(translator, SOURCE, **kwargs)
+    capped = models.generate(translator, SOURCE, max_length_ratio=0.5, max_length_offset=1, **kwargs)
+    limits = np.count_nonzero(SOURCE, axis=1) // 2 + 1  # sources of 7, 4, 7 tokens: 4, 3, 4
+    assert limits.tolist() == [4, 3, 4] and np.count_nonzero(free, axis=1).max() > 4  # the limit binds
+    for row, limit in zip(capped, limits):
+        assert np.all(row[limit:] == 0)
+        assert np.all(row[:limit] > 0) or END in row[:limit]
+    if strategy == "greedy":  # greedy is a prefix of the free run
+        for row, free_row, limit in zip(capped, free, limits):
+            np.testing.assert_array_equal(row[:limit], free_row[:limit])
+    np.testing.assert_array_equal(models.generate(translator, SOURCE, max_length_ratio=10.0, **kwargs), free)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_length_ratio": 0}, "max_length_ratio=0"),
+    ({"max_length_ratio": float("nan")}, "max_length_ratio=nan"),
+    ({"max_length_ratio": True}, "max_length_ratio=True"),
+    ({"max_length_ratio": 1.5, "max_length_offset": -1}, "max_length_offset=-1"),
+    ({"max_length_ratio": 1.5, "max_length_offset": 2.5}, "max_length_offset=2.5"),
+])
+def test_bad_length_limits(translator, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        models.generate(translator, SOURCE, max_length=4, start_token_id=START, end_token_id=END, **kwargs)
+
+
+def test_max_length_ratio_is_for_translators():
+    lm = small_model("gpt_tiny")
+    with pytest.raises(ValueError, match="for translators.*max_length_ratio=1.5"):
+        models.generate(lm, np.array([[5, 6]]), max_length=6, max_length_ratio=1.5)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"max_length": 0}, "max_length=0"),
     ({"num_beams": 0, "strategy": "beam"}, "num_beams=0"),

@@ -60,6 +60,8 @@ def test_translator_translates_strings_and_reloads(tokenizer, tmp_path):
     greedy = model.translate(["How are you?", "Hello."], max_length=6)  # one compiled loop per setting
     assert len(greedy) == 2 and all(isinstance(t, str) for t in greedy)
     assert model.translate("How are you?", max_length=6) == greedy[0]
+    texts = ["Here is a longer sentence to translate.", "Hello.", "How are you?"]  # batched by length, in order
+    assert model.translate(texts, max_length=6, batch_size=2) == [model.translate(t, max_length=6) for t in texts]
     source = model.preprocessor.encode(["How are you?"])["encoder_token_ids"]
     ids = model.generate(source, max_length=6, start_token_id=model.preprocessor.start_token_id,
                          end_token_id=model.preprocessor.end_token_id)
