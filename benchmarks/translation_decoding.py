@@ -1,14 +1,15 @@
 """A trained translator's test BLEU under each decoding setting: greedy, beam, with and without no-repeat n-grams.
 
     python -m benchmarks.translation_decoding saved_models/transformer_small_spa-eng/1 --data-dir DATA
-    python -m benchmarks.translation_decoding VERSION --data-dir DATA --settings greedy greedy+nr3
+    python -m benchmarks.translation_decoding VERSION --data-dir DATA --settings greedy greedy+nr3 beam4+nr3+ml1.5
     python -m benchmarks.translation_decoding CHECKPOINT.keras --data-dir DATA --split-by source
 
 Loads a version written by `recipes/train_translator.py` (`models.load`), or
 a `.keras` checkpoint from its `_training/checkpoints/`, and decodes the test
 split it was evaluated on (`split_by` from the version's `metrics.json`, or
 `--split-by`). For each setting (`greedy`, `beamN`, either with `+nrK` for
-`no_repeat_ngram_size=K`) it prints sacrebleu BLEU (lowercase) and chrF, the
+`no_repeat_ngram_size=K` and `+mlA` or `+mlA,B` for `max_length_ratio=A`,
+`max_length_offset=B` (default 10)) it prints sacrebleu BLEU (lowercase) and chrF, the
 share of translations that repeat a word 3-gram (repetition loops), the share
 of output words never seen in the training targets (invented sub-word
 strings), and the decoding time; then the translations of a few unfamiliar
@@ -28,12 +29,15 @@ PROBES = ["It is two o'clock.", "I was born on March 3, 1987.", "Tom met Mary in
 
 
 def parse_setting(text):
-    match = re.fullmatch(r"(greedy|beam(\d+))(?:\+nr(\d+))?", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected greedy, beamN, greedy+nrK or beamN+nrK, got {text!r}")
+    match = re.fullmatch(r"(greedy|beam(\d+))(?:\+nr(\d+))?(?:\+ml(\d+(?:\.\d+)?)(?:,(\d+))?)?", text)
+    if not match or (match.group(4) and float(match.group(4)) <= 0):
+        raise argparse.ArgumentTypeError(f"expected greedy or beamN, then optionally +nrK and +mlA or +mlA,B "
+                                         f"(A > 0), e.g. beam4+nr3+ml1.5; got {text!r}")
     beams = int(match.group(2) or 1)
+    limit = {} if not match.group(4) else {"max_length_ratio": float(match.group(4)),
+                                           "max_length_offset": int(match.group(5) or 10)}
     return text, {"strategy": "beam" if beams > 1 else "greedy", "num_beams": beams,
-                  "no_repeat_ngram_size": int(match.group(3) or 0)}
+                  "no_repeat_ngram_size": int(match.group(3) or 0), **limit}
 
 
 def repeats_a_trigram(text):

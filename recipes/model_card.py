@@ -24,14 +24,16 @@ SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "obje
 def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):
     """A recipe's card from its flags and metrics.
 
-    Counts become the data table, training and decoding settings and times
+    Counts (int, a `COUNTS` ending) become the data table, training and decoding settings and times
     (`SETTINGS` in the key) the training table, other numbers the test metrics.
     """
-    data = {"dataset": dataset, **{k: v for k, v in metrics.items() if k.endswith(COUNTS)}}
+    counts = {k: v for k, v in metrics.items()  # test_unseen_sources (a count), not test_bleu_unseen_sources
+              if k.endswith(COUNTS) and isinstance(v, int) and not isinstance(v, bool)}
+    data = {"dataset": dataset, **counts}
     training = {k: v for k, v in metrics.items()
                 if any(s in k for s in SETTINGS) and v is not None and not isinstance(v, bool)}
     scores = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-              and not k.endswith(COUNTS) and k not in training}
+              and k not in counts and k not in training}
     card = facts(model=model, name=name, recipe=recipe, argv=args._argv, config=config, data=data,
                  metrics=scores, training=training, limits=limits, figures=figures)
     write(folder, card, exported=not args.no_export)

@@ -89,7 +89,8 @@ def _row_limits(inputs, c):
     if c.get("max_length_ratio") is None:
         return None
     source_length = ops.sum(ops.cast(ops.not_equal(inputs, 0), "float32"), axis=1)
-    return ops.cast(ops.floor(c["max_length_ratio"] * source_length), "int32") + c["max_length_offset"]
+    limits = ops.cast(ops.floor(c["max_length_ratio"] * source_length), "int32") + c["max_length_offset"]
+    return ops.maximum(limits, 1)  # the first token is always generated
 
 
 def _decode_loop(decoder, inputs, noise, c):
@@ -229,8 +230,8 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             (default) turns it off.
         max_length_ratio: float or None. Translator only: row `i` generates
             at most `floor(max_length_ratio * n_i) + max_length_offset`
-            tokens, `n_i` its source length without padding (fairseq's
-            `max_len_a` / `max_len_b`), and never more than `max_length`.
+            tokens (at least 1), `n_i` its source length without padding
+            (fairseq's `max_len_a` / `max_len_b`), and never more than `max_length`.
             A batch of short sources stops sooner, and a row caught in a
             loop stops near its source's length. `None` (default): `max_length`.
         max_length_offset: int >= 0. See `max_length_ratio`. Defaults to `10`.

@@ -32,8 +32,11 @@ def test_translator_recipe(tmp_path):
     assert 0.0 <= metrics["test_bleu_unseen_sources"] <= 100.0 and metrics["no_repeat_ngram_size"] == 3
     assert metrics["test_examples"] == 64 and len(metrics["samples"]) == 8
     assert (metrics["max_length_ratio"], metrics["max_length_offset"]) == (1.5, 10)  # the default limit
-    decoding = (run_dir / "README.md").read_text().split("## Training and decoding")[1]  # settings, not scores
+    card = (run_dir / "README.md").read_text()
+    data, scores = card.split("## Data")[1].split("## Test metrics")
+    scores, decoding = scores.split("## Training and decoding")  # decoding settings, not scores
     assert "| max_length_ratio | 1.5 |" in decoding and "| num_beams | 4 |" in decoding
+    assert "| test_unseen_sources | 64 |" in data and "| test_bleu_unseen_sources |" in scores
     assert {"source", "reference", "translation"} <= set(metrics["samples"][0])
     model = models.load(run_dir)
     assert model.encoder_embedding.vocabulary_size == model.preprocessor.source_tokenizer.vocabulary_size
