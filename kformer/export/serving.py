@@ -163,14 +163,10 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
             if not isinstance(options[name], int) or options[name] < 1:
                 raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={options[name]!r}")
         if max_length_ratio is not None:
-            if isinstance(max_length_ratio, bool) or not isinstance(max_length_ratio, (int, float)) \
-                    or not 0 < max_length_ratio < float("inf"):
-                raise ValueError("`max_length_ratio` must be a finite number > 0, or None. Received: "
-                                 f"max_length_ratio={max_length_ratio!r}")
-            if not isinstance(max_length_offset, int) or isinstance(max_length_offset, bool) or max_length_offset < 0:
-                raise ValueError("`max_length_offset` must be an int >= 0. Received: "
-                                 f"max_length_offset={max_length_offset!r}")
-            options.update(max_length_ratio=float(max_length_ratio), max_length_offset=max_length_offset)
+            from kformer.models.generate import check_length_limit
+
+            options["max_length_ratio"], options["max_length_offset"] = check_length_limit(max_length_ratio,
+                                                                                           max_length_offset)
     elif max_length_ratio is not None:
         raise ValueError(f"`max_length_ratio` is for translation. Received: max_length_ratio={max_length_ratio!r} "
                          f"for a {task_type} task")

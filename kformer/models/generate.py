@@ -366,18 +366,12 @@ def _check(decoder, ids, c):
         c["end_token_id"] = -1 if c["end_token_id"] is None else c["end_token_id"]
     if c["max_length_ratio"] is None:
         c["max_length_offset"] = None  # unused: one compiled loop
+    elif not translator:
+        raise ValueError("`max_length_ratio` is for translators (a limit from the source length); a CausalLM "
+                         f"stops at `max_length`. Received: max_length_ratio={c['max_length_ratio']!r}")
     else:
-        ratio, offset = c["max_length_ratio"], c["max_length_offset"]
-        if not translator:
-            raise ValueError("`max_length_ratio` is for translators (a limit from the source length); a CausalLM "
-                             f"stops at `max_length`. Received: max_length_ratio={ratio!r}")
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(ratio) or ratio <= 0:
-            raise ValueError(f"`max_length_ratio` must be a finite number > 0, or None. Received: "
-                             f"max_length_ratio={ratio!r}")
-        if not _is_int(offset) or offset < 0:
-            raise ValueError(f"`max_length_offset` must be an int >= 0. Received: max_length_offset={offset!r}")
-        c["max_length_ratio"] = float(ratio)
+        c["max_length_ratio"], c["max_length_offset"] = check_length_limit(c["max_length_ratio"],
+                                                                           c["max_length_offset"])
     if c["strategy"] == "beam" and not c["use_cache"]:
         raise ValueError("Beam search always uses the cache. Received: use_cache=False")
     if c["strategy"] == "top_k":
@@ -391,6 +385,18 @@ def _check(decoder, ids, c):
             c[key] = None  # one compiled loop per setting that matters (greedy ignores temperature)
     return {key: (float(v) if isinstance(v, (float, np.floating)) else int(v) if _is_int(v) else v)
             for key, v in c.items()}
+
+
+def check_length_limit(max_length_ratio, max_length_offset):
+    """Validate a translation length limit (naming the bad value) -> `(float ratio, int offset)`."""
+    ratio, offset = max_length_ratio, max_length_offset
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(ratio) or ratio <= 0:
+        raise ValueError(f"`max_length_ratio` must be a finite number > 0, or None. Received: "
+                         f"max_length_ratio={ratio!r}")
+    if not _is_int(offset) or offset < 0:
+        raise ValueError(f"`max_length_offset` must be an int >= 0. Received: max_length_offset={offset!r}")
+    return float(ratio), int(offset)
 
 
 def _check_prompts(ids, max_length):
