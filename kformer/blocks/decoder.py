@@ -178,14 +178,51 @@ class TransformerDecoderBlock(TransformerBlock):
             return False
         if self.cross_attention is not None and cross_cache is None:
             return False
+        return self._plain_weights()
+
+    def _plain_weights(self):
+        """Float weights in the compute dtype: no mixed or quantized policy."""
         if self.compute_dtype != self.variable_dtype:
             return False
         return all(layer.dtype_policy.quantization_mode is None for layer in self._flatten_layers())
 
-    def _decode_step(self, x, cache, index, cross_cache, encoder_mask, cache_mask):
+    def decoding_weights(self):
+        """The attention projections as 2-D matrices (`MultiHeadAttention.flat_weights`) for
+        `decode_step`, made once per decoding call outside its loop; None where `decode_step`
+        does not apply (mixed or quantized weights: decode through `call`)."""
+        if not self._plain_weights():
+            return None
+        cross = None if self.cross_attention is None else self.cross_attention.flat_weights()
+        return {"self": self.self_attention.flat_weights(), "cross": cross}
+
+    def decode_step(self, x, cache, index, weights, cross_cache=None, encoder_padding_mask=None):
+        """One cached inference step: what `call(x, self_attention_cache=cache,
+        self_attention_cache_update_index=index, cross_attention_cache=cross_cache,
+        encoder_padding_mask=...)` returns, through `decoding_weights()` and no `__call__`.
+
+        Args:
+            x: `(batch, n, hidden)` the new tokens' inputs.
+            cache: `(batch, 2, max_len, heads, key_dim)`; written at `index`.
+            index: int or scalar tensor.
+            weights: `decoding_weights()` (not None).
+            cross_cache: `(batch, 2, source_len, heads, key_dim)` with cross-attention.
+            encoder_padding_mask: bool `(batch, source_len)` or None.
+
+        Returns:
+            `(x, cache)`.
+        """
+        if (self.cross_attention is None) != (cross_cache is None):
+            raise ValueError("`cross_cache` must be given exactly when the block has cross-attention "
+                             f"({self.cross_attention is not None}). Received: cross_cache={cross_cache!r:.40}")
+        x, cache = ops.convert_to_tensor(x), ops.convert_to_tensor(cache)
+        return self._decode_step(x, cache, index, cross_cache, encoder_padding_mask, None, weights)[:2]
+
+    def _decode_step(self, x, cache, index, cross_cache, encoder_mask, cache_mask, weights=None):
         """What `call` computes for cached inference, through the sublayers' fast paths
         (`MultiHeadAttention.cached_call`, `FeedForward.infer`): fewer ops and no sublayer
         `__call__`s a decoding step. Returns `(x, cache)`, then `cross_cache` if there is one."""
+        weights = weights or {"self": None, "cross": None}
+
         def pre(x, norm):
             return norm.call(x) if self.normalize_first else x
 
@@ -193,11 +230,11 @@ class TransformerDecoderBlock(TransformerBlock):
             return x + out if self.normalize_first else norm.call(x + out)
 
         out, cache = self.self_attention.cached_call(pre(x, self.self_attention_norm), cache, index,
-                                                     key_mask=cache_mask)
+                                                     key_mask=cache_mask, weights=weights["self"])
         x = add(x, out, self.self_attention_norm)
         if self.cross_attention is not None:
             out, _ = self.cross_attention.cached_call(pre(x, self.cross_attention_norm), cross_cache,
-                                                      key_mask=encoder_mask)
+                                                      key_mask=encoder_mask, weights=weights["cross"])
             x = add(x, out, self.cross_attention_norm)
         h = pre(x, self.feed_forward_norm)
         out = self.feed_forward(h, training=False) if self.num_experts else self.feed_forward.infer(h)

@@ -39,6 +39,21 @@ class _Decoder:
         projections and recomputes them per output: TF steps 1.7x slower at batch 1."""
         return self.embedding.position_table(length) if self.embedding.position == "sinusoidal" else None
 
+    def decoding_weights(self):
+        """Each block's `decoding_weights()` (2-D projection kernels), made once per call outside
+        the loop; None when a block decodes through `call` (mixed or quantized weights)."""
+        weights = [block.decoding_weights() for block in self.blocks]
+        return None if any(w is None for w in weights) else weights
+
+    def block_step(self, i, h, caches, index, extra, cross=None, mask=None):
+        """Block `i` on `h` at cache `index` -> `(h, cache)`, by `decode_step` when it applies."""
+        block, weights = self.blocks[i], extra.get("weights")
+        if weights is not None:
+            return block.decode_step(h, caches[i], index, weights[i], cross_cache=cross,
+                                     encoder_padding_mask=mask)
+        kwargs = {} if cross is None else {"cross_attention_cache": cross, "encoder_padding_mask": mask}
+        return block(h, self_attention_cache=caches[i], self_attention_cache_update_index=index, **kwargs)[:2]
+
     def embed(self, tokens, index, extra):
         """Token + position embeddings of `tokens` `(batch, n)` at positions `index..`."""
         table = extra.get("positions")
@@ -54,13 +69,12 @@ class _Decoder:
         logits = self.embedding(h, reverse=True) if self.output_projection is None else self.output_projection(h)
         return ops.where(ops.arange(self.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
 
-    def _run(self, tokens, index, caches, extra, **block_kwargs):
+    def _run(self, tokens, index, caches, extra):
         """Tokens `(batch, n)` written at cache `index` -> logits of the last one, updated caches."""
         h = self.embed(tokens, index, extra)
         updated = []
-        for i, block in enumerate(self.blocks):
-            h, cache, *_ = block(h, self_attention_cache=caches[i], self_attention_cache_update_index=index,
-                                 **block_kwargs)
+        for i in range(len(self.blocks)):
+            h, cache = self.block_step(i, h, caches, index, extra)
             updated.append(cache)
         return self.project(h[:, -1:])[:, 0], ops.stack(updated)
 
@@ -93,7 +107,7 @@ class TranslatorDecoder(_Decoder):
                                   ops.zeros((batch, length - 1), "int32")], axis=1)
         prompt = ops.broadcast_to(ops.arange(length) < 1, (batch, length))
         extra = {"cross": cross, "mask": mask, "encoder_outputs": encoder_outputs,
-                 "positions": self.position_table(length)}
+                 "positions": self.position_table(length), "weights": self.decoding_weights()}
         caches = self.empty_caches(batch, length if c["use_cache"] else 1, cross.dtype)
         if not c["use_cache"]:
             return tokens, prompt, 1, caches, extra, self.recompute(tokens, 0, extra)
@@ -103,9 +117,8 @@ class TranslatorDecoder(_Decoder):
     def step(self, token, index, caches, extra):
         h = self.embed(token, index, extra)
         updated = []
-        for i, block in enumerate(self.blocks):
-            h, cache, _ = block(h, encoder_padding_mask=extra["mask"], self_attention_cache=caches[i],
-                                self_attention_cache_update_index=index, cross_attention_cache=extra["cross"][i])
+        for i in range(len(self.blocks)):
+            h, cache = self.block_step(i, h, caches, index, extra, cross=extra["cross"][i], mask=extra["mask"])
             updated.append(cache)
         return self.project(h)[:, 0], ops.stack(updated)
 
@@ -118,7 +131,7 @@ class TranslatorDecoder(_Decoder):
     def repeat(self, extra, beams):
         return {"cross": ops.repeat(extra["cross"], beams, axis=1), "mask": ops.repeat(extra["mask"], beams, axis=0),
                 "encoder_outputs": ops.repeat(extra["encoder_outputs"], beams, axis=0),
-                "positions": extra["positions"]}
+                "positions": extra["positions"], "weights": extra["weights"]}
 
     def output(self, tokens):
         return tokens[:, 1:]  # drop [START]
@@ -153,7 +166,8 @@ class CausalDecoder(_Decoder):
                              decoder_padding_mask=visible)
             updated.append(cache)
         logits = self.project(ops.take(h, start - 1, axis=1)[:, None])[:, 0]
-        return tokens, prompt_mask, start, ops.stack(updated), {"positions": self.position_table(length)}, logits
+        extra = {"positions": self.position_table(length), "weights": self.decoding_weights()}
+        return tokens, prompt_mask, start, ops.stack(updated), extra, logits
 
     def step(self, token, index, caches, extra):
         return self._run(token, index, caches, extra)

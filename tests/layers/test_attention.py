@@ -128,6 +128,26 @@ def test_cross_attention_cache_is_reused():
     np.testing.assert_allclose(to_numpy(same_cache), to_numpy(cache))
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"use_bias": False, "output_dim": 5}, {"rotary_max_wavelength": 100}])
+def test_cached_call_with_flat_weights_equals_each_projection(kwargs):
+    """`flat_weights()` (2-D kernels, made once per decoding call) gives `cached_call`'s numbers, for
+    self-attention written at an index and for cross-attention over a precomputed cache."""
+    layer = MultiHeadAttention(2, 4, **kwargs)
+    full = to_numpy(layer(QUERY, QUERY, use_causal_mask=True))
+    weights = layer.flat_weights()
+    assert tuple(weights["output"][0].shape) == (8, kwargs.get("output_dim", 8))
+    assert (weights["query"][1] is None) == (kwargs.get("use_bias") is False)
+    cache = ops.zeros((2, 2, 6, 2, 4))
+    for i in range(6):
+        out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, weights=weights)
+        np.testing.assert_allclose(to_numpy(out), full[:, i : i + 1], atol=1e-5)
+    source_mask = np.array([[True] * 4, [True, True, True, False]])
+    cross = layer.compute_cache(SOURCE)
+    want, _ = layer.cached_call(QUERY, cross, key_mask=source_mask)
+    got, _ = layer.cached_call(QUERY, cross, key_mask=source_mask, weights=weights)
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+
+
 def test_compiled_cached_step():
     layer = MultiHeadAttention(2, 4)
     token = keras.Input((1, 8), batch_size=2)
