@@ -62,11 +62,22 @@ class _Decoder:
         rows = ops.slice(table, (index, 0), (ops.shape(tokens)[1], ops.shape(table)[1]))
         return self.embedding(tokens, positions=rows)
 
-    def project(self, h):
+    def output_kernel(self):
+        """The tied output projection as a `(dim, vocab)` matrix, transposed once per call outside the
+        loop (inside TensorFlow's XLA loop the transpose copied the whole table every step), or None."""
+        if self.output_projection is not None:
+            return None
+        return ops.transpose(ops.cast(self.embedding.token_embedding.embeddings, self.embedding.compute_dtype))
+
+    def project(self, h, extra=None):
         """Hidden states `(batch, n, dim)` -> float32 logits `(batch, n, vocab)`; id 0 never chosen."""
         if self.norm is not None:
             h = self.norm(h)
-        logits = self.embedding(h, reverse=True) if self.output_projection is None else self.output_projection(h)
+        kernel = None if extra is None else extra.get("output_kernel")
+        if kernel is not None:
+            logits = ops.matmul(h, kernel)
+        else:
+            logits = self.embedding(h, reverse=True) if self.output_projection is None else self.output_projection(h)
         return ops.where(ops.arange(self.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
 
     def _run(self, tokens, index, caches, extra):
@@ -76,7 +87,7 @@ class _Decoder:
         for i in range(len(self.blocks)):
             h, cache = self.block_step(i, h, caches, index, extra)
             updated.append(cache)
-        return self.project(h[:, -1:])[:, 0], ops.stack(updated)
+        return self.project(h[:, -1:], extra)[:, 0], ops.stack(updated)
 
 
 class TranslatorDecoder(_Decoder):
@@ -107,7 +118,8 @@ class TranslatorDecoder(_Decoder):
                                   ops.zeros((batch, length - 1), "int32")], axis=1)
         prompt = ops.broadcast_to(ops.arange(length) < 1, (batch, length))
         extra = {"cross": cross, "mask": mask, "encoder_outputs": encoder_outputs,
-                 "positions": self.position_table(length), "weights": self.decoding_weights()}
+                 "positions": self.position_table(length), "weights": self.decoding_weights(),
+                 "output_kernel": self.output_kernel()}
         caches = self.empty_caches(batch, length if c["use_cache"] else 1, cross.dtype)
         if not c["use_cache"]:
             return tokens, prompt, 1, caches, extra, self.recompute(tokens, 0, extra)
@@ -120,7 +132,7 @@ class TranslatorDecoder(_Decoder):
         for i in range(len(self.blocks)):
             h, cache = self.block_step(i, h, caches, index, extra, cross=extra["cross"][i], mask=extra["mask"])
             updated.append(cache)
-        return self.project(h)[:, 0], ops.stack(updated)
+        return self.project(h, extra)[:, 0], ops.stack(updated)
 
     def recompute(self, tokens, index, extra):
         h = self.embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
@@ -129,9 +141,9 @@ class TranslatorDecoder(_Decoder):
         return self.project(ops.take(h, index, axis=1)[:, None])[:, 0]
 
     def repeat(self, extra, beams):
-        return {"cross": ops.repeat(extra["cross"], beams, axis=1), "mask": ops.repeat(extra["mask"], beams, axis=0),
-                "encoder_outputs": ops.repeat(extra["encoder_outputs"], beams, axis=0),
-                "positions": extra["positions"], "weights": extra["weights"]}
+        return {**extra, "cross": ops.repeat(extra["cross"], beams, axis=1),
+                "mask": ops.repeat(extra["mask"], beams, axis=0),
+                "encoder_outputs": ops.repeat(extra["encoder_outputs"], beams, axis=0)}
 
     def output(self, tokens):
         return tokens[:, 1:]  # drop [START]
@@ -166,7 +178,8 @@ class CausalDecoder(_Decoder):
                              decoder_padding_mask=visible)
             updated.append(cache)
         logits = self.project(ops.take(h, start - 1, axis=1)[:, None])[:, 0]
-        extra = {"positions": self.position_table(length), "weights": self.decoding_weights()}
+        extra = {"positions": self.position_table(length), "weights": self.decoding_weights(),
+                 "output_kernel": self.output_kernel()}
         return tokens, prompt_mask, start, ops.stack(updated), extra, logits
 
     def step(self, token, index, caches, extra):
