@@ -113,8 +113,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                     f"With reverse=True, `inputs` must be (batch, seq, {self.hidden_dim}). "
                     f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
-            table = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
-            return ops.matmul(inputs, ops.transpose(table))  # (batch, seq, vocab)
+            return ops.matmul(inputs, self.reverse_table())  # (batch, seq, vocab)
         if len(inputs.shape) != 2:
             raise ValueError(
                 f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"
@@ -136,6 +135,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             return x
         # `.call`: no second Layer.__call__ (0.1 ms in eager torch; the positions are never quantized)
         return x + self.position_embedding.call(x, start_index=start_index)
+
+    def reverse_table(self):
+        """The token table transposed, `(hidden_dim, vocabulary_size)`: what `reverse=True` multiplies by
+        (decoding makes it once per call, outside its loop)."""
+        return ops.transpose(ops.cast(self.token_embedding.embeddings, self.compute_dtype))
 
     def position_table(self, length):
         """Encodings of positions `[0, length)`: `(length, hidden_dim)`, or None with `position="none"`."""

@@ -67,7 +67,7 @@ class _Decoder:
         loop (inside TensorFlow's XLA loop the transpose copied the whole table every step), or None."""
         if self.output_projection is not None:
             return None
-        return ops.transpose(ops.cast(self.embedding.token_embedding.embeddings, self.embedding.compute_dtype))
+        return self.embedding.reverse_table()
 
     def project(self, h, extra=None):
         """Hidden states `(batch, n, dim)` -> float32 logits `(batch, n, vocab)`; id 0 never chosen."""
