@@ -193,7 +193,8 @@ class TransformerDecoderBlock(TransformerBlock):
         if not self._plain_weights():
             return None
         cross = None if self.cross_attention is None else self.cross_attention.flat_weights()
-        return {"self": self.self_attention.flat_weights(), "cross": cross}
+        return {"self": self.self_attention.flat_weights(fuse_query_key_value=True), "cross": cross,
+                "feed_forward": None if self.num_experts else self.feed_forward.flat_weights()}
 
     def decode_step(self, x, cache, index, weights, cross_cache=None, encoder_padding_mask=None):
         """One cached inference step: what `call(x, self_attention_cache=cache,
@@ -221,7 +222,7 @@ class TransformerDecoderBlock(TransformerBlock):
         """What `call` computes for cached inference, through the sublayers' fast paths
         (`MultiHeadAttention.cached_call`, `FeedForward.infer`): fewer ops and no sublayer
         `__call__`s a decoding step. Returns `(x, cache)`, then `cross_cache` if there is one."""
-        weights = weights or {"self": None, "cross": None}
+        weights = weights or {"self": None, "cross": None, "feed_forward": None}
 
         def pre(x, norm):
             return norm.call(x) if self.normalize_first else x
@@ -237,6 +238,7 @@ class TransformerDecoderBlock(TransformerBlock):
                                                       key_mask=encoder_mask, weights=weights["cross"])
             x = add(x, out, self.cross_attention_norm)
         h = pre(x, self.feed_forward_norm)
-        out = self.feed_forward(h, training=False) if self.num_experts else self.feed_forward.infer(h)
+        out = (self.feed_forward(h, training=False) if self.num_experts
+               else self.feed_forward.infer(h, weights["feed_forward"]))
         x = add(x, out, self.feed_forward_norm)
         return (x, cache) if cross_cache is None else (x, cache, cross_cache)

@@ -284,24 +284,33 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (scores,)
         return results[0] if len(results) == 1 else results
 
-    def flat_weights(self):
+    def flat_weights(self, fuse_query_key_value=False):
         """The four projections as 2-D matrices for `cached_call(weights=...)`.
 
         Returns `{"query" | "key" | "value" | "output": (kernel (in, out), bias
-        (out,) or None)}`. Make them once per decoding call, outside the loop:
-        inside TensorFlow's XLA loop, an `EinsumDense` kernel reshaped every
-        step compiles to an unvectorized loop (about 60 us against 4 us for a
-        256 x 256 projection of one token).
+        (out,) or None)}`; with `fuse_query_key_value=True` (self-attention:
+        one input for all three) also `"query_key_value"`, the three joined
+        side by side, so a cached step projects with one matmul. Make them once
+        per decoding call, outside the loop: inside TensorFlow's XLA loop, an
+        `EinsumDense` kernel reshaped every step compiles to an unvectorized
+        loop (about 60 us against 4 us for a 256 x 256 projection of one token).
         """
         def flat(dense, rows):
             bias = None if dense.bias is None else ops.reshape(dense.bias, (-1,))
             return ops.reshape(dense.kernel, (rows, -1)), bias
 
         heads_in = self.num_heads * self.value_dim
-        return {"query": flat(self.query_dense, self.query_dense.kernel.shape[0]),
-                "key": flat(self.key_dense, self.key_dense.kernel.shape[0]),
-                "value": flat(self.value_dense, self.value_dense.kernel.shape[0]),
-                "output": flat(self.output_dense, heads_in)}
+        weights = {name: flat(getattr(self, f"{name}_dense"), getattr(self, f"{name}_dense").kernel.shape[0])
+                   for name in ("query", "key", "value")}
+        weights["output"] = flat(self.output_dense, heads_in)
+        if fuse_query_key_value:
+            parts = [weights[name] for name in ("query", "key", "value")]
+            if len({kernel.shape[0] for kernel, _ in parts}) != 1:
+                raise ValueError("`fuse_query_key_value=True` needs one input width for the query, key and value "
+                                 f"projections. Received widths {[int(k.shape[0]) for k, _ in parts]}")
+            bias = None if parts[0][1] is None else ops.concatenate([b for _, b in parts])
+            weights["query_key_value"] = (ops.concatenate([k for k, _ in parts], axis=1), bias)
+        return weights
 
     def _project(self, name, x, weights):
         """`x` `(batch, n, in)` through projection `name`: `(batch, n, heads, dim)`, or
@@ -312,7 +321,7 @@ class MultiHeadAttention(keras.layers.Layer):
         n = ops.shape(x)[1]  # static where known, so TensorFlow keeps the head sizes
         if name == "output":
             x = ops.reshape(x, (-1, n, self.num_heads * self.value_dim))
-        y = ops.matmul(x, kernel)
+        y = x @ kernel  # the operator: eager torch skips `ops.matmul`'s dtype checks (13 us a call)
         y = y if bias is None else y + bias
         if name == "output":
             return y
@@ -343,12 +352,17 @@ class MultiHeadAttention(keras.layers.Layer):
             `((batch, q_len, output_dim), cache)`, the cache updated when
             `cache_update_index` is given.
         """
-        q = self._project("query", query, weights)  # (batch, q_len, heads, key_dim)
-        mask = None
+        query, mask = ops.convert_to_tensor(query), None
+        joined = cache_update_index is not None and weights is not None and "query_key_value" in weights
+        if joined:  # self-attention: one matmul for the three projections
+            q, new_k, new_v = self._project_query_key_value(query, weights["query_key_value"])
+        else:
+            q = self._project("query", query, weights)  # (batch, q_len, heads, key_dim)
         if cache_update_index is not None:
             index = known_index("cache_update_index", cache_update_index)  # eager: an int, 5x faster in torch
             cache_update_index = cache_update_index if index is None else index
-            new_k, new_v = self._project("key", query, weights), self._project("value", query, weights)
+            if not joined:
+                new_k, new_v = self._project("key", query, weights), self._project("value", query, weights)
             if self.rotary is not None:
                 q = self.rotary.call(q, start_index=cache_update_index)
                 new_k = self.rotary.call(new_k, start_index=cache_update_index)
@@ -361,6 +375,15 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = masks.allow_empty_rows(keys if mask is None else ops.logical_and(mask, keys))
         output, _ = self._attend(q, cache[:, 0], cache[:, 1], mask, False, False)
         return self._project("output", output, weights), cache
+
+    def _project_query_key_value(self, x, weights):
+        """`x` `(batch, n, in)` through the joined kernel of `flat_weights(fuse_query_key_value=True)`:
+        `(q, k, v)`, each `(batch, n, heads, key_dim)` (a cache needs `key_dim == value_dim`)."""
+        kernel, bias = weights
+        y = x @ kernel
+        y = y if bias is None else y + bias
+        y = ops.reshape(y, (-1, ops.shape(x)[1], 3, self.num_heads, self.key_dim))  # one reshape, then views
+        return y[:, :, 0], y[:, :, 1], y[:, :, 2]
 
     def _attention_mask(
         self, q, k, query_mask, value_mask, key_mask, attention_mask,

@@ -136,10 +136,23 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         # `.call`: no second Layer.__call__ (0.1 ms in eager torch; the positions are never quantized)
         return x + self.position_embedding.call(x, start_index=start_index)
 
+    def lookup(self, token_ids, positions):
+        """`call(token_ids, positions=positions)` without sublayer `__call__`s (the decoding fast
+        path; not for quantized or mixed-precision tables). `positions`: `(n, hidden_dim)`."""
+        x = self.token_embedding.call(token_ids)
+        if self.scale_by_sqrt_dim:
+            x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
+        return x + ops.cast(positions, x.dtype)
+
     def reverse_table(self):
         """The token table transposed, `(hidden_dim, vocabulary_size)`: what `reverse=True` multiplies by
         (decoding makes it once per call, outside its loop)."""
-        return ops.transpose(ops.cast(self.token_embedding.embeddings, self.compute_dtype))
+        embedding = self.token_embedding
+        if embedding.quantization_mode is None:
+            table = embedding.embeddings
+        else:  # int8 / int4 rows carry per-row scales: the layer's own lookup de-scales them
+            table = embedding(ops.arange(self.vocabulary_size, dtype="int32"))
+        return ops.transpose(ops.cast(table, self.compute_dtype))
 
     def position_table(self, length):
         """Encodings of positions `[0, length)`: `(length, hidden_dim)`, or None with `position="none"`."""

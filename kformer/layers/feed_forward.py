@@ -1,6 +1,7 @@
 """Position-wise feed-forward network ("Attention Is All You Need", 3.3)."""
 
 import keras
+from keras import ops
 
 from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
 
@@ -79,9 +80,25 @@ class FeedForward(keras.layers.Layer):
             hidden = self.dropout_layer(hidden, training=training)
         return self.outer(hidden)
 
-    def infer(self, inputs):
-        """`call(inputs, training=False)` without sublayer `__call__`s (the decoding fast path)."""
-        return self.outer.call(self.inner.call(inputs))
+    def flat_weights(self):
+        """`(inner kernel, inner bias, outer kernel, outer bias)` as tensors (biases None without
+        `use_bias`), for `infer(weights=...)`: made once per decoding call, outside its loop."""
+        weights = []
+        for dense in (self.inner, self.outer):
+            weights += [ops.convert_to_tensor(dense.kernel),
+                        None if dense.bias is None else ops.convert_to_tensor(dense.bias)]
+        return tuple(weights)
+
+    def infer(self, inputs, weights=None):
+        """`call(inputs, training=False)` without sublayer `__call__`s (the decoding fast path);
+        with `flat_weights()`, by the `@` operator (no `keras.ops` dispatch in eager torch)."""
+        if weights is None:
+            return self.outer.call(self.inner.call(inputs))
+        inner_kernel, inner_bias, outer_kernel, outer_bias = weights
+        hidden = ops.convert_to_tensor(inputs) @ inner_kernel
+        hidden = self.activation(hidden if inner_bias is None else hidden + inner_bias)
+        outputs = hidden @ outer_kernel
+        return outputs if outer_bias is None else outputs + outer_bias
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)

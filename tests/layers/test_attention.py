@@ -137,15 +137,26 @@ def test_cached_call_with_flat_weights_equals_each_projection(kwargs):
     weights = layer.flat_weights()
     assert tuple(weights["output"][0].shape) == (8, kwargs.get("output_dim", 8))
     assert (weights["query"][1] is None) == (kwargs.get("use_bias") is False)
-    cache = ops.zeros((2, 2, 6, 2, 4))
-    for i in range(6):
-        out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, weights=weights)
-        np.testing.assert_allclose(to_numpy(out), full[:, i : i + 1], atol=1e-5)
+    joined = layer.flat_weights(fuse_query_key_value=True)
+    kernels = [to_numpy(weights[name][0]) for name in ("query", "key", "value")]
+    np.testing.assert_array_equal(to_numpy(joined["query_key_value"][0]), np.concatenate(kernels, axis=1))
+    for flat in (weights, joined):  # one matmul for the three self-attention projections, or three
+        cache = ops.zeros((2, 2, 6, 2, 4))
+        for i in range(6):
+            out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, weights=flat)
+            np.testing.assert_allclose(to_numpy(out), full[:, i : i + 1], atol=1e-5)
     source_mask = np.array([[True] * 4, [True, True, True, False]])
     cross = layer.compute_cache(SOURCE)
     want, _ = layer.cached_call(QUERY, cross, key_mask=source_mask)
     got, _ = layer.cached_call(QUERY, cross, key_mask=source_mask, weights=weights)
     np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+
+
+def test_joined_projections_need_one_input_width():
+    layer = MultiHeadAttention(2, 4)
+    layer(QUERY, np.zeros((2, 4, 5), "float32"))  # keys and values 5 wide, queries 8
+    with pytest.raises(ValueError, match="fuse_query_key_value=True.*8, 5, 5"):
+        layer.flat_weights(fuse_query_key_value=True)
 
 
 def test_compiled_cached_step():

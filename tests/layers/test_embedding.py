@@ -41,6 +41,19 @@ def test_reverse_is_the_tied_transpose():
     assert logits.shape == (2, 6, 10)
 
 
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_reverse_of_a_quantized_table_is_de_scaled(mode):
+    """`model.quantize` stores integer rows and per-row scales; the tied projection must use their
+    values (it multiplied by the raw integers: logits thousands of times too large)."""
+    layer = TokenAndPositionEmbedding(50, 8, 16)
+    layer(IDS)
+    hidden = np.random.default_rng(0).normal(size=(2, 6, 16)).astype("float32")
+    want = to_numpy(layer(hidden, reverse=True))
+    layer.token_embedding.quantize(mode)
+    got = to_numpy(layer(hidden, reverse=True))
+    np.testing.assert_allclose(got, want, atol=0.1 * np.abs(want).max())
+
+
 def test_start_index_continues_positions():
     layer = TokenAndPositionEmbedding(10, 8, 6)
     full = to_numpy(layer(IDS))
@@ -59,6 +72,7 @@ def test_rows_of_the_position_table_replace_computed_positions(position):
         return
     assert tuple(table.shape) == (8, 6)
     np.testing.assert_allclose(to_numpy(layer(IDS[:, 4:5], positions=to_numpy(table)[4:5])), full[:, 4:5], atol=1e-6)
+    np.testing.assert_allclose(to_numpy(layer.lookup(IDS[:, 4:5], table[4:5])), full[:, 4:5], atol=1e-6)
 
 
 def test_token_and_position_errors():
