@@ -7,6 +7,7 @@ from keras import ops
 
 from kformer.layers import masks
 from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer, known_index
+from kformer.layers.linear import linear
 from kformer.layers.position import RotaryEmbedding
 
 
@@ -321,8 +322,7 @@ class MultiHeadAttention(keras.layers.Layer):
         n = ops.shape(x)[1]  # static where known, so TensorFlow keeps the head sizes
         if name == "output":
             x = ops.reshape(x, (-1, n, self.num_heads * self.value_dim))
-        y = x @ kernel  # the operator: eager torch skips `ops.matmul`'s dtype checks (13 us a call)
-        y = y if bias is None else y + bias
+        y = linear(x, kernel, bias)
         if name == "output":
             return y
         return ops.reshape(y, (-1, n, self.num_heads, self.value_dim if name == "value" else self.key_dim))
@@ -379,9 +379,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _project_query_key_value(self, x, weights):
         """`x` `(batch, n, in)` through the joined kernel of `flat_weights(fuse_query_key_value=True)`:
         `(q, k, v)`, each `(batch, n, heads, key_dim)` (a cache needs `key_dim == value_dim`)."""
-        kernel, bias = weights
-        y = x @ kernel
-        y = y if bias is None else y + bias
+        y = linear(x, *weights)
         y = ops.reshape(y, (-1, ops.shape(x)[1], 3, self.num_heads, self.key_dim))  # one reshape, then views
         return y[:, :, 0], y[:, :, 1], y[:, :, 2]
 

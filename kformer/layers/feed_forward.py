@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
+from kformer.layers.linear import linear
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -91,14 +92,11 @@ class FeedForward(keras.layers.Layer):
 
     def infer(self, inputs, weights=None):
         """`call(inputs, training=False)` without sublayer `__call__`s (the decoding fast path);
-        with `flat_weights()`, by the `@` operator (no `keras.ops` dispatch in eager torch)."""
+        with `flat_weights()`, by `linear` (no `keras.ops` dispatch in eager torch)."""
         if weights is None:
             return self.outer.call(self.inner.call(inputs))
         inner_kernel, inner_bias, outer_kernel, outer_bias = weights
-        hidden = ops.convert_to_tensor(inputs) @ inner_kernel
-        hidden = self.activation(hidden if inner_bias is None else hidden + inner_bias)
-        outputs = hidden @ outer_kernel
-        return outputs if outer_bias is None else outputs + outer_bias
+        return linear(self.activation(linear(inputs, inner_kernel, inner_bias)), outer_kernel, outer_bias)
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)

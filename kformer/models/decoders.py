@@ -8,6 +8,8 @@ cache-free reference) and `repeat` (copies per beam). Only `keras.ops`.
 
 from keras import ops
 
+from kformer.layers.linear import linear
+
 NEG_INF = -1e9
 
 
@@ -86,7 +88,7 @@ class _Decoder:
             plain = extra is not None and extra.get("weights") is not None
             h = self.norm.call(h) if plain else self.norm(h)
         if kernel is not None:
-            logits = h @ kernel
+            logits = linear(h, kernel)
         else:
             logits = self.embedding(h, reverse=True) if self.output_projection is None else self.output_projection(h)
         return ops.where(ops.arange(self.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
