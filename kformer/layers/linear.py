@@ -21,7 +21,8 @@ def linear(x, kernel, bias=None):
     (2, 3, 5)
     """
     if keras.backend.backend() == "torch":
-        y = ops.convert_to_tensor(x) @ ops.convert_to_tensor(kernel)
+        x, kernel = (t if ops.is_tensor(t) else ops.convert_to_tensor(t) for t in (x, kernel))  # numpy in
+        y = x @ kernel
     else:
         y = ops.matmul(x, kernel)
     return y if bias is None else y + bias
