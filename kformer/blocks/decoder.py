@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kformer.blocks.base import TransformerBlock
+from kformer.layers.checks import has_plain_weights
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -178,19 +179,13 @@ class TransformerDecoderBlock(TransformerBlock):
             return False
         if self.cross_attention is not None and cross_cache is None:
             return False
-        return self._plain_weights()
-
-    def _plain_weights(self):
-        """Float weights in the compute dtype: no mixed or quantized policy."""
-        if self.compute_dtype != self.variable_dtype:
-            return False
-        return all(layer.dtype_policy.quantization_mode is None for layer in self._flatten_layers())
+        return has_plain_weights(self)
 
     def decoding_weights(self):
         """The attention projections as 2-D matrices (`MultiHeadAttention.flat_weights`) for
         `decode_step`, made once per decoding call outside its loop; None where `decode_step`
         does not apply (mixed or quantized weights: decode through `call`)."""
-        if not self._plain_weights():
+        if not has_plain_weights(self):
             return None
         cross = None if self.cross_attention is None else self.cross_attention.flat_weights()
         return {"self": self.self_attention.flat_weights(fuse_query_key_value=True), "cross": cross,

@@ -352,7 +352,7 @@ class MultiHeadAttention(keras.layers.Layer):
             `((batch, q_len, output_dim), cache)`, the cache updated when
             `cache_update_index` is given.
         """
-        query, mask = ops.convert_to_tensor(query), None
+        mask = None
         joined = cache_update_index is not None and weights is not None and "query_key_value" in weights
         if joined:  # self-attention: one matmul for the three projections
             q, new_k, new_v = self._project_query_key_value(query, weights["query_key_value"])

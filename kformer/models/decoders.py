@@ -8,6 +8,7 @@ cache-free reference) and `repeat` (copies per beam). Only `keras.ops`.
 
 from keras import ops
 
+from kformer.layers.checks import has_plain_weights
 from kformer.layers.linear import linear
 
 NEG_INF = -1e9
@@ -45,9 +46,7 @@ class _Decoder:
         """Each block's `decoding_weights()` (2-D projection kernels), made once per call outside
         the loop; None when a block or the embedding has mixed or quantized weights (then every
         layer decodes through `__call__`)."""
-        embedding = self.embedding
-        if embedding.compute_dtype != embedding.variable_dtype or any(
-                layer.dtype_policy.quantization_mode is not None for layer in embedding._flatten_layers()):
+        if not has_plain_weights(self.embedding):
             return None
         weights = [block.decoding_weights() for block in self.blocks]
         return None if any(w is None for w in weights) else weights
