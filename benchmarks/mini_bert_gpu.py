@@ -206,7 +206,7 @@ def train(argv):
               callbacks=[keras.callbacks.CSVLogger(str(args.out / "pretrain_log.csv")), snapshots])
     pretrain_seconds = round(time.time() - start, 1)
     results = model.evaluate(x, y, sample_weight=weights, batch_size=256, verbose=0, return_dict=True)
-    metrics = {"backend": keras.backend.backend(), "device": str(_device()), **vars(args),
+    metrics = {"backend": keras.backend.backend(), "device": device_name(), **vars(args),
                "arrays": str(args.arrays), "out": str(args.out), "pretraining_pairs": cut,
                "held_out_pairs": len(pairs["nsp_labels"]) - cut, "pretraining_steps": steps,
                "pretrain_seconds": pretrain_seconds,
@@ -288,11 +288,12 @@ def plot(argv):
     print(f"wrote {args.out}")
 
 
-def _device():
+def device_name():
     if keras.backend.backend() == "jax":
         import jax
 
-        return jax.devices()[0]
+        device = jax.devices()[0]
+        return f"{device.platform}: {device.device_kind}"  # e.g. "gpu: NVIDIA H100 80GB HBM3"
     if keras.backend.backend() == "torch":
         import torch
 

@@ -22,7 +22,6 @@ import keras
 
 from kformer import models, viz
 from kformer.data import images
-from kformer.data.preprocessors import ImageClassifierPreprocessor
 from recipes import common
 
 DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_hybrid_cifar"}
@@ -47,6 +46,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    from kformer.data.preprocessors import ImageClassifierPreprocessor  # TensorFlow: not needed to parse flags
+
     args = parse_args(argv)
     scope = common.setup(args)
     try:

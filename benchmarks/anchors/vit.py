@@ -45,8 +45,13 @@ def mlp(x, units, rate):
     return x
 
 
-def build(train_images, num_classes, flip=True):
-    """The example's classifier, its Normalization adapted to `train_images` (uint8 [n, h, w, c])."""
+def build(train_images, num_classes, flip=True, jit_compile="auto"):
+    """The example's classifier, its Normalization adapted to `train_images` (uint8 [n, h, w, c]).
+
+    Keras marks its random rotation and zoom layers as not XLA-compilable, so
+    `"auto"` runs the step op by op; on JAX they compile: `jit_compile=True`
+    compiles the whole step there (`benchmarks.vit_gpu.compile_augmentation`).
+    """
     normalize = layers.Normalization()
     normalize.adapt(train_images.astype("float32"))
     augment = [layers.RandomFlip("horizontal")] if flip else []
@@ -60,18 +65,24 @@ def build(train_images, num_classes, flip=True):
         x = x + mlp(layers.LayerNormalization(epsilon=1e-6)(x), (HIDDEN_DIM * 2, HIDDEN_DIM), 0.1)
     x = layers.Dropout(0.5)(layers.Flatten()(layers.LayerNormalization(epsilon=1e-6)(x)))
     model = keras.Model(inputs, layers.Dense(num_classes)(mlp(x, HEAD_UNITS, 0.5)), name="keras_io_vit")
+    if jit_compile is True:
+        from benchmarks.vit_gpu import compile_augmentation
+
+        compile_augmentation(model)
     model.compile(keras.optimizers.AdamW(1e-3, weight_decay=1e-4),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")])
+                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
+                  jit_compile=jit_compile)
     return model
 
 
-def run(train, validation, test, dataset, *, epochs=10, seed=1337, verbose=2):
+def run(train, validation, test, dataset, *, epochs=10, seed=1337, verbose=2, jit_compile="auto"):
     """Train on `train` ((uint8 images, labels)), keep the best on `validation`, score `test`."""
     keras.utils.set_random_seed(seed)
     start = time.time()
-    model = build(train[0], int(max(train[1].max(), test[1].max())) + 1, flip=dataset != "mnist")
+    model = build(train[0], int(max(train[1].max(), test[1].max())) + 1, flip=dataset != "mnist",
+                  jit_compile=jit_compile)
     with tempfile.TemporaryDirectory() as tmp:
         best = os.path.join(tmp, "best.weights.h5")
         fit_start = time.time()

@@ -112,8 +112,15 @@ def _read_cifar_tar(path, split):
 
 
 def _decode_jpegs(blobs, path):
-    """Decode 32x32 RGB JPEG bytes in parallel with tf.data -> uint8 `(n, 32, 32, 3)`."""
-    import tensorflow as tf
+    """Decode 32x32 RGB JPEG bytes in parallel with tf.data -> uint8 `(n, 32, 32, 3)`.
+
+    Without TensorFlow (a JAX- or torch-only machine), Pillow decodes them: the
+    same pixels, since both use libjpeg's accurate integer DCT.
+    """
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return _decode_jpegs_with_pillow(blobs, path)
 
     def decode(blob):  # INTEGER_ACCURATE gives the same pixels as Pillow / libjpeg
         image = tf.io.decode_jpeg(blob, channels=3, dct_method="INTEGER_ACCURATE")
@@ -129,6 +136,24 @@ def _decode_jpegs(blobs, path):
     except tf.errors.OpError as err:
         raise ValueError(f"Corrupt CIFAR-10 file {path}: expected 32x32 RGB JPEGs "
                          f"({type(err).__name__}: {err.message.splitlines()[0]})") from err
+
+
+def _decode_jpegs_with_pillow(blobs, path):
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError as err:
+        raise ImportError("Reading CIFAR-10 JPEGs needs TensorFlow or Pillow: pip install pillow") from err
+    import io
+
+    decoded = np.empty((len(blobs), *IMAGE_SHAPES["cifar10"]), "uint8")
+    for i, blob in enumerate(blobs):
+        try:
+            with Image.open(io.BytesIO(blob)) as image:
+                decoded[i] = np.asarray(image.convert("RGB"))
+        except (OSError, UnidentifiedImageError, ValueError) as err:
+            raise ValueError(f"Corrupt CIFAR-10 file {path}: expected 32x32 RGB JPEGs "
+                             f"(image {i}: {type(err).__name__}: {err})") from err
+    return decoded
 
 
 def _read_mnist_npz(path, split):

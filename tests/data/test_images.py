@@ -2,6 +2,7 @@ import gzip
 import io
 import os
 import pathlib
+import sys
 import tarfile
 
 import keras
@@ -138,6 +139,19 @@ def test_missing_and_corrupt_files_name_the_path(tmp_path):
     (tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\0\0\x08\x01"))
     with pytest.raises(ValueError, match="t10k-images-idx3-ubyte.gz: expected a gzipped IDX"):
         images.load_split("test", "mnist", tmp_path, exact_test=True)
+
+
+def test_without_tensorflow_pillow_decodes_the_same_cifar_pixels(monkeypatch, tmp_path):
+    with_tf = images.load_split("test", "cifar10", max_examples=200)
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # `import tensorflow` fails
+    without_tf = images.load_split("test", "cifar10", max_examples=200)
+    np.testing.assert_array_equal(without_tf[0], with_tf[0])
+    np.testing.assert_array_equal(without_tf[1], with_tf[1])
+    tar_path = tmp_path / "cifar10" / "cifar10_train_jpg.tar.gz"
+    tar_path.parent.mkdir()
+    write_tar(tar_path, {"train/cat/0.jpg": b"not a jpeg"})
+    with pytest.raises(ValueError, match=f"Corrupt CIFAR-10 file {tar_path}: expected 32x32 RGB JPEGs"):
+        images.load_split("train", "cifar10", tmp_path)
 
 
 def write_tar(path, files):
