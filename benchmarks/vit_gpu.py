@@ -108,6 +108,11 @@ def train(argv):
 
     recipe = parse_args([a for a in recipe_argv if a != "--"])
     recipe.verbose = 2 if recipe.verbose == "auto" else recipe.verbose
+    unsupported = {"--tfds": recipe.tfds, "--mixed-precision": recipe.mixed_precision,
+                   "--distribute": recipe.distribute, "--model-parallel": recipe.model_parallel != 1}
+    if any(unsupported.values()):
+        p.error(f"{', '.join(f for f, given in unsupported.items() if given)}: not supported here (both sides "
+                "train in float32 on one device from the files in --data-dir)")
     if args.anchor_epochs is not None and args.anchor_epochs < 1:
         p.error(f"--anchor-epochs must be >= 1. Received: {args.anchor_epochs}")
     if (args.out / "metrics.json").exists():

@@ -74,7 +74,8 @@ def test_compile_augmentation_lets_the_random_image_layers_compile_on_jax_only()
 
 def test_bad_flags_are_named(tmp_path, capsys):
     for argv, message in [(["--anchor-epochs", "0"], "--anchor-epochs must be >= 1. Received: 0"),
-                          (["--", "--dataset", "cifar100"], "invalid choice: 'cifar100'")]:
+                          (["--", "--dataset", "cifar100"], "invalid choice: 'cifar100'"),
+                          (["--", "--mixed-precision", "--tfds"], "--tfds, --mixed-precision: not supported here")]:
         with pytest.raises(SystemExit) as stop:
             vit_gpu.train([str(tmp_path / "out"), *argv])
         assert stop.value.code == 2 and message in capsys.readouterr().err
