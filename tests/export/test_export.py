@@ -236,6 +236,15 @@ def test_only_translate_xla_is_compiled_by_xla(served):
     assert not must_compile("serving_default") and not must_compile("translate_beam")
 
 
+@tf_exports_only
+def test_plain_translation_signatures_drop_all_padding_columns():
+    from kformer.export.signatures import _used_width
+
+    for ids, width in [([[0, 0, 0]], 1), ([[5, 0, 0], [0, 0, 0]], 1), ([[5, 6, 0, 0], [7, 0, 0, 0]], 2),
+                       ([[1, 2, 3]], 3)]:
+        assert int(_used_width(tf.constant(ids, tf.int32))) == width, ids
+
+
 def test_warmup_requests_cover_every_signature(served):
     from tensorflow_serving.apis import prediction_log_pb2
 
