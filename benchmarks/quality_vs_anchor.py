@@ -114,14 +114,13 @@ def run_anchor(args):
         return {"keras-hub example (greedy)": anchor.run(*splits, epochs=args.anchor_epochs, seed=args.seed,
                                                           verbose=args.verbose)}
     from benchmarks.anchors import vit as anchor
-    from benchmarks.vit_gpu import jit_compile
 
     x, y = images.load_split("train", args.task, args.data_dir, args.max_examples)
     test = images.load_split("test", args.task, args.data_dir, args.max_examples)
     cut = len(y) - max(1, len(y) // 10)  # the recipe's validation split
     return {"keras ViT example": anchor.run((x[:cut], y[:cut]), (x[cut:], y[cut:]), test, args.task,
                                             epochs=args.anchor_epochs, seed=args.seed, verbose=args.verbose,
-                                            jit_compile=jit_compile("auto"))}  # compiled on JAX
+                                            jit_compile=anchor.jit_compile("auto"))}  # compiled on JAX
 
 
 SCORES = ("test_accuracy", "scratch_test_accuracy", "test_top1", "test_bleu", "test_chrf",

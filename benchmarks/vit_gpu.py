@@ -27,7 +27,6 @@ TensorFlow is missing (the same pixels; `kformer.data.images`).
 
 import argparse
 import json
-import math
 import pathlib
 import sys
 import time
@@ -37,9 +36,10 @@ import keras
 
 def run_kformer(recipe, train, validation, test, log):
     """The recipe's model, optimizer, augmentation and early stopping on in-memory arrays -> results."""
+    from benchmarks.anchors.vit import compile_augmentation, jit_compile
     from kformer import models
     from kformer.data import images
-    from recipes.common import warmup_cosine
+    from recipes.train_vit import compile_model
 
     keras.utils.set_random_seed(recipe.seed)
     start = time.time()
@@ -47,15 +47,10 @@ def run_kformer(recipe, train, validation, test, log):
     inputs = keras.Input(images.IMAGE_SHAPES[recipe.dataset])
     augment = images.augmentation(recipe.dataset, seed=recipe.seed)  # identity when training=False
     model = keras.Model(inputs, classifier(augment(inputs)), name=f"{recipe.preset}_augmented")
-    if jit_compile(recipe.jit_compile) is True:
+    jit = jit_compile(recipe.jit_compile)
+    if jit is True:
         compile_augmentation(model)
-    steps = recipe.epochs * math.ceil(len(train[1]) / recipe.batch_size)
-    model.compile(keras.optimizers.AdamW(warmup_cosine(recipe.learning_rate, steps),
-                                         weight_decay=recipe.weight_decay),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
-                  jit_compile=jit_compile(recipe.jit_compile))
+    compile_model(model, recipe, len(train[1]), jit_compile=jit)
     fit_start = time.time()
     history = model.fit(train[0].astype("float32"), train[1], batch_size=recipe.batch_size, epochs=recipe.epochs,
                         shuffle=True, validation_data=(validation[0].astype("float32"), validation[1]),
@@ -69,30 +64,6 @@ def run_kformer(recipe, train, validation, test, log):
             "val_accuracy": [round(v, 4) for v in history.history["val_accuracy"]], "epochs": recipe.epochs,
             "fit_seconds": round(fit_seconds, 1), "seconds": round(time.time() - start, 1),
             "parameters": model.count_params(), "preset": recipe.preset}
-
-
-def jit_compile(flag):
-    """The recipe's `--jit-compile`, where "auto" means compiled on JAX (with the augmentation)."""
-    if flag == "auto":
-        return True if keras.backend.backend() == "jax" else "auto"
-    return flag
-
-
-def compile_augmentation(model):
-    """Let `model`'s random image layers be XLA-compiled: JAX only.
-
-    Keras marks RandomTranslation, RandomRotation and RandomZoom as not
-    XLA-compilable (TensorFlow's image transform has no XLA kernel), so a
-    model holding them runs op by op even with `jit_compile=True`; on JAX
-    they are plain jax.numpy and compile.
-    """
-    if keras.backend.backend() != "jax":
-        raise ValueError("compile_augmentation is for the JAX backend: TensorFlow's XLA cannot compile the "
-                         f"random image layers. Received: backend={keras.backend.backend()!r}")
-    for layer in model._flatten_layers():
-        if isinstance(layer, (keras.layers.RandomTranslation, keras.layers.RandomRotation,
-                              keras.layers.RandomZoom)):
-            layer.supports_jit = True
 
 
 def train(argv):
@@ -132,7 +103,7 @@ def train(argv):
     if args.only != "kformer":
         metrics["anchor"] = anchor.run(*splits, recipe.dataset, epochs=args.anchor_epochs or recipe.epochs,
                                        seed=recipe.seed, verbose=recipe.verbose,
-                                       jit_compile=jit_compile(recipe.jit_compile))
+                                       jit_compile=anchor.jit_compile(recipe.jit_compile))
         save(args.out, metrics)
 
 

@@ -45,6 +45,18 @@ def parse_args(argv=None):
     return args
 
 
+def compile_model(model, args, train_examples, jit_compile=None):
+    """The recipe's AdamW (`--weight-decay`, warmup + cosine decay over `--epochs`), loss and
+    top-1 / top-5 metrics; `jit_compile` defaults to `--jit-compile`."""
+    steps = args.epochs * -(-train_examples // args.batch_size)
+    model.compile(keras.optimizers.AdamW(common.warmup_cosine(args.learning_rate, steps),
+                                         weight_decay=args.weight_decay),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
+                  jit_compile=args.jit_compile if jit_compile is None else jit_compile)
+
+
 def main(argv=None):
     from kformer.data.preprocessors import ImageClassifierPreprocessor  # TensorFlow: not needed to parse flags
 
@@ -71,15 +83,9 @@ def main(argv=None):
     work_dir = common.training_dir(args, name)
     class_names = list(images.CLASS_NAMES[args.dataset])
     config = {"preset": args.preset, **preset, "class_names": class_names, "dataset": args.dataset}
-    steps = args.epochs * -(-cut // args.batch_size)
-    schedule = common.warmup_cosine(args.learning_rate, steps)
     with scope:
         model = models.build(args.preset, class_names=class_names, preprocessor=preprocessor)
-        model.compile(keras.optimizers.AdamW(schedule, weight_decay=args.weight_decay),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-                               keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
-                      jit_compile=args.jit_compile)
+        compile_model(model, args, cut)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
     train_seconds = time.time() - start

@@ -45,12 +45,36 @@ def mlp(x, units, rate):
     return x
 
 
+def jit_compile(flag):
+    """A `--jit-compile` flag for a model holding random image layers: "auto" means compiled on JAX."""
+    if flag == "auto":
+        return True if keras.backend.backend() == "jax" else "auto"
+    return flag
+
+
+def compile_augmentation(model):
+    """Let `model`'s random image layers be XLA-compiled: JAX only.
+
+    Keras marks RandomTranslation, RandomRotation and RandomZoom as not
+    XLA-compilable (TensorFlow had no XLA kernel for their image transform,
+    tensorflow/tensorflow#100865), so a model holding them runs op by op
+    even with `jit_compile=True`; on JAX they are plain jax.numpy and compile.
+    """
+    if keras.backend.backend() != "jax":
+        raise ValueError("compile_augmentation is for the JAX backend: TensorFlow's XLA cannot compile the "
+                         f"random image layers. Received: backend={keras.backend.backend()!r}")
+    for layer in model._flatten_layers():
+        if isinstance(layer, (keras.layers.RandomTranslation, keras.layers.RandomRotation,
+                              keras.layers.RandomZoom)):
+            layer.supports_jit = True
+
+
 def build(train_images, num_classes, flip=True, jit_compile="auto"):
     """The example's classifier, its Normalization adapted to `train_images` (uint8 [n, h, w, c]).
 
     Keras marks its random rotation and zoom layers as not XLA-compilable, so
     `"auto"` runs the step op by op; on JAX they compile: `jit_compile=True`
-    compiles the whole step there (`benchmarks.vit_gpu.compile_augmentation`).
+    compiles the whole step there (`compile_augmentation`).
     """
     normalize = layers.Normalization()
     normalize.adapt(train_images.astype("float32"))
@@ -66,8 +90,6 @@ def build(train_images, num_classes, flip=True, jit_compile="auto"):
     x = layers.Dropout(0.5)(layers.Flatten()(layers.LayerNormalization(epsilon=1e-6)(x)))
     model = keras.Model(inputs, layers.Dense(num_classes)(mlp(x, HEAD_UNITS, 0.5)), name="keras_io_vit")
     if jit_compile is True:
-        from benchmarks.vit_gpu import compile_augmentation
-
         compile_augmentation(model)
     model.compile(keras.optimizers.AdamW(1e-3, weight_decay=1e-4),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import vit_gpu
+from benchmarks.anchors import vit
 
 # `train` as on a machine without TensorFlow: every `import tensorflow...` fails.
 WITHOUT_TF = """
@@ -60,11 +61,11 @@ def test_compile_augmentation_lets_the_random_image_layers_compile_on_jax_only()
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(x)))
     if keras.backend.backend() != "jax":
         with pytest.raises(ValueError, match=f"for the JAX backend.*backend='{keras.backend.backend()}'"):
-            vit_gpu.compile_augmentation(model)
+            vit.compile_augmentation(model)
         return
     model.compile("adam", "mse", jit_compile=True)
     assert model.jit_compile is False  # Keras refuses: its random image layers are marked not compilable
-    vit_gpu.compile_augmentation(model)
+    vit.compile_augmentation(model)
     model.compile("adam", "mse", jit_compile=True)
     assert model.jit_compile is True
     images = np.random.default_rng(0).uniform(0, 1, (4, 8, 8, 1)).astype("float32")
