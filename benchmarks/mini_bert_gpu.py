@@ -9,7 +9,9 @@ batch), fine-tunes on the labeled reviews, trains a from-scratch twin with as
 many optimizer steps in all (the recipe's rule) and one with the fine-tuning
 schedule, fine-tunes again from the backbone as it was after the epochs in
 `--finetune-at` (mid-schedule snapshots, not shorter runs), and writes
-`metrics.json` and the training logs.
+`metrics.json` and the training logs. It pretrains on the next-sentence
+pairs (the recipe's default); the recipe's `--pretraining-text packed` is
+not offered here.
 
     python -m benchmarks.mini_bert_gpu prepare ARRAYS -- --data-dir DATA        # here, with TensorFlow
     KERAS_BACKEND=jax python -m benchmarks.mini_bert_gpu train ARRAYS --out RESULTS \\

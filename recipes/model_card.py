@@ -16,7 +16,7 @@ REQUESTS = {
 }
 
 
-COUNTS = ("_examples", "_reviews", "_pairs", "_texts", "_sources")
+COUNTS = ("_examples", "_reviews", "_pairs", "_sequences", "_texts", "_sources")
 SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch",
             "beams", "ngram", "max_length")  # decoding settings too: not scores
 

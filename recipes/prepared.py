@@ -1,8 +1,9 @@
 """Prepared data cached under `<output-dir>/<name>/_prepared/`, keyed by what produced it.
 
-Learning a vocabulary, building next-sentence pairs or packing language-model
-windows on the full data takes minutes. Each result is stored once, in a file named by a hash of its input
-texts and arguments: a rerun, a resume, or a run with other training flags on
+Learning a vocabulary, building next-sentence pairs, or packing masked-LM
+sequences or language-model windows on the full data takes minutes. Each
+result is stored once, in a file named by a hash of its input texts and
+arguments: a rerun, a resume, or a run with other training flags on
 the same data reuses it; other text or arguments prepare afresh. Writes are
 atomic (a temporary file, then a rename). TF Serving ignores the non-numeric
 folder; delete it to free the space.
@@ -69,19 +70,18 @@ def nsp_pairs(cache, texts, tok, sequence_length, seed, verbose=0):
     """`mlm.segment_pairs(texts, tok, sequence_length, seed)`, cached as a compressed npz."""
     from kformer.data import mlm
 
-    key = digest(texts, list(tok.vocabulary), sequence_length, seed)
-    path = pathlib.Path(cache) / f"nsp_pairs-{key}.npz"
-    if path.is_file():
-        _say(verbose, f"next-sentence pairs: reusing {path}")
-        with np.load(path) as saved:
-            return {k: saved[k].astype("int32") for k in ("token_ids", "segment_ids", "nsp_labels")}
-    start = time.time()
-    pairs = mlm.segment_pairs(texts, tok, sequence_length, seed=seed, verbose=verbose)
-    _save_npz(path, token_ids=pairs["token_ids"].astype("uint16" if tok.vocabulary_size <= 2**16 else "int32"),
-              segment_ids=pairs["segment_ids"].astype("uint8"), nsp_labels=pairs["nsp_labels"].astype("uint8"))
-    _say(verbose, f"next-sentence pairs: {len(pairs['nsp_labels'])} built in {time.time() - start:.0f} s, "
-                  f"cached at {path}")
-    return pairs
+    path = pathlib.Path(cache) / f"nsp_pairs-{digest(texts, list(tok.vocabulary), sequence_length, seed)}.npz"
+    return _cached_arrays(path, "next-sentence pairs", verbose,
+                          lambda: mlm.segment_pairs(texts, tok, sequence_length, seed=seed, verbose=verbose))
+
+
+def mlm_sequences(cache, texts, tok, sequence_length, verbose=0):
+    """`mlm.packed_sequences(texts, tok, sequence_length)`, cached as a compressed npz."""
+    from kformer.data import mlm
+
+    path = pathlib.Path(cache) / f"mlm_sequences-{digest(texts, list(tok.vocabulary), sequence_length)}.npz"
+    return _cached_arrays(path, "packed sequences", verbose,
+                          lambda: mlm.packed_sequences(texts, tok, sequence_length, verbose=verbose))
 
 
 def lm_windows(cache, texts, preprocessor, verbose=0):
@@ -90,15 +90,29 @@ def lm_windows(cache, texts, preprocessor, verbose=0):
 
     tok = preprocessor.tokenizer
     path = pathlib.Path(cache) / f"lm_windows-{digest(texts, list(tok.vocabulary), preprocessor.sequence_length)}.npz"
+    return _cached_arrays(path, "language-model windows", verbose,
+                          lambda: {"windows": lm.packed_windows(preprocessor, texts, verbose=verbose)})["windows"]
+
+
+def _cached_arrays(path, label, verbose, build):
+    """The dict of int arrays stored at `path`, else `build()`'s, stored in the narrowest unsigned dtype."""
     if path.is_file():
-        _say(verbose, f"language-model windows: reusing {path}")
+        _say(verbose, f"{label}: reusing {path}")
         with np.load(path) as saved:
-            return saved["windows"].astype("int32")
+            return {k: saved[k].astype("int32") for k in saved.files}
     start = time.time()
-    windows = lm.packed_windows(preprocessor, texts, verbose=verbose)
-    _save_npz(path, windows=windows.astype("uint16" if tok.vocabulary_size <= 2**16 else "int32"))
-    _say(verbose, f"language-model windows: {len(windows)} packed in {time.time() - start:.0f} s, cached at {path}")
-    return windows
+    arrays = build()
+    _save_npz(path, **{k: v.astype(_narrowest(v)) for k, v in arrays.items()})
+    rows = len(next(iter(arrays.values())))
+    _say(verbose, f"{label}: {rows} built in {time.time() - start:.0f} s, cached at {path}")
+    return arrays
+
+
+def _narrowest(values):
+    top = int(values.max(initial=0))
+    if values.size and int(values.min()) < 0:
+        return "int32"
+    return "uint8" if top < 2**8 else "uint16" if top < 2**16 else "int32"
 
 
 def _save_npz(path, **arrays):

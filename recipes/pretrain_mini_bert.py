@@ -12,15 +12,20 @@
 
 Pretraining text: the unlabeled reviews plus the training reviews (never the
 test split). 15% of tokens are selected (80% [MASK] / 10% random / 10% kept),
-re-masked every batch; sentence pairs are 50% true continuations. Both stages
-warm up over 10% of their steps, then decay (cosine). `--pretrain-steps` sets
-the pretraining length in optimizer steps (split over `--epochs`); by default
-it is `--epochs` passes over the pairs. `--compare-scratch` fine-tunes a
-randomly initialized backbone with the same total number of optimizer steps
+re-masked every batch; sentence pairs are 50% true continuations; 5% of the
+pairs (or rows) are held out for masked-token accuracy. Both stages warm up
+over 10% of their steps, then decay (cosine). `--pretrain-steps` sets the
+pretraining length in optimizer steps (split over `--epochs`); by default it
+is `--epochs` passes over the pairs (or rows). `--compare-scratch` fine-tunes
+a randomly initialized backbone with the same total number of optimizer steps
 (pretraining plus fine-tuning, each about as costly), stopping early on
 validation accuracy. `--objective mlm` drops the next-sentence loss and
 `--pretrain-dropout 0` pretrains without dropout (Geiping & Goldstein 2022,
-"Cramming"); fine-tuning always uses the preset's dropout. Writes
+"Cramming"); fine-tuning always uses the preset's dropout. With `--objective
+mlm`, `--pretraining-text packed` pretrains on contiguous text instead of the
+pairs (`[CLS] ... [SEP]` rows cut across reviews, RoBERTa's "full
+sentences"); at 6,000 steps here it learned the masked tokens more slowly
+(docs/RESULTS.md), so pairs stay the default. Writes
 `<output-dir>/<preset>_mlm/<version>/` (SavedModel with a `fill_mask`
 signature, `model.keras` (with its vocabulary), `metrics.json` with masked-token
 accuracy) and `<output-dir>/<preset>_imdb/<version>/` (the fine-tuned classifier:
@@ -61,11 +66,17 @@ def parse_args(argv=None):
     p.add_argument("--sequence-length", type=common.bounded(int, 8), default=128)
     p.add_argument("--objective", choices=["mlm_nsp", "mlm"], default="mlm_nsp",
                    help="pretraining losses: masked LM and next sentence (BERT), or masked LM only")
+    p.add_argument("--pretraining-text", choices=["pairs", "packed"], default="pairs",
+                   help="masked-LM rows: next-sentence pairs, or contiguous text packed across reviews "
+                        "(RoBERTa; needs --objective mlm)")
     p.add_argument("--pretrain-dropout", type=common.bounded(float, 0.0, 0.99), default=None,
                    help="dropout while pretraining (default: the preset's)")
     p.add_argument("--compare-scratch", action="store_true",
                    help="also fine-tune a randomly initialized backbone with the same budget")
     args = common.parse_args(p, argv)
+    if args.pretraining_text == "packed" and args.objective != "mlm":
+        p.error(f"--pretraining-text packed needs --objective mlm (packed rows have no next-sentence labels), "
+                f"got --objective {args.objective}")
     args.finetune_batch_size = args.finetune_batch_size or args.batch_size
     return args
 
@@ -92,11 +103,16 @@ def finetuning_backbone(args, backbone):
 
 def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     """Pretrain (or, on a rerun after pretraining finished, reload) -> model, backbone, metrics."""
-    pairs = prepared.nsp_pairs(prepared.cache_dir(args.output_dir, f"{args.preset}_mlm"), texts, tokenizer,
-                               args.sequence_length, args.seed, verbose=common.progress_verbosity(args))
-    cut = len(pairs["nsp_labels"]) - max(1, len(pairs["nsp_labels"]) // 20)  # 5% held out
-    train = {k: v[:cut] for k, v in pairs.items()}
-    held_out = {k: v[cut:] for k, v in pairs.items()}
+    cache = prepared.cache_dir(args.output_dir, f"{args.preset}_mlm")
+    verbose = common.progress_verbosity(args)
+    nsp = args.objective == "mlm_nsp"
+    if args.pretraining_text == "pairs":
+        rows = prepared.nsp_pairs(cache, texts, tokenizer, args.sequence_length, args.seed, verbose=verbose)
+    else:  # contiguous text: no padding but the last row's
+        rows = prepared.mlm_sequences(cache, texts, tokenizer, args.sequence_length, verbose=verbose)
+    cut = len(rows["token_ids"]) - max(1, len(rows["token_ids"]) // 20)  # 5% held out
+    train = {k: v[:cut] for k, v in rows.items()}
+    held_out = {k: v[cut:] for k, v in rows.items()}
     masking = mlm.masking_args(tokenizer)
     train_ds = mlm.make_pretraining_dataset(train, args.batch_size, shuffle=True, seed=args.seed, **masking)
     steps_per_epoch = None
@@ -108,7 +124,6 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     from kformer.data.preprocessors import BertPreprocessor  # TensorFlow: imported where used
 
     dropout = {} if args.pretrain_dropout is None else {"dropout": args.pretrain_dropout}
-    nsp = args.objective == "mlm_nsp"
     with scope:
         backbone = build_backbone(args, tokenizer.vocabulary_size, **dropout)
         model = models.mini_bert_pretraining(
@@ -127,7 +142,8 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     metrics = {"masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"]),
                "next_sentence_accuracy": float(results["nsp_logits_sparse_categorical_accuracy"]) if nsp else None,
                "objective": args.objective, "pretrain_dropout": backbone.dropout,
-               "pretraining_pairs": cut, "held_out_pairs": len(held_out["nsp_labels"]),
+               "pretraining_text": args.pretraining_text,
+               "pretraining_sequences": cut, "held_out_sequences": len(held_out["token_ids"]),
                "pretraining_texts": len(texts), "epochs": args.epochs, "pretraining_steps": steps,
                "train_seconds": round(time.time() - start, 1), "backend": keras.backend.backend()}
     return model, backbone, metrics

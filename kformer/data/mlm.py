@@ -1,4 +1,4 @@
-"""BERT pretraining inputs: next-sentence pairs and masked-LM masking (numpy) -> tf.data.
+"""BERT pretraining inputs: next-sentence pairs or packed text, and masked-LM masking (numpy) -> tf.data.
 
 Devlin et al. 2019, "BERT", section 3.1 and appendix A.1. Next-sentence
 labels follow BERT's code: 0 = "B is the next segment", 1 = "B is random".
@@ -92,6 +92,55 @@ def segment_pairs(texts, tokenizer, sequence_length, seed=0, verbose=0):
         segment_ids[row, len(a) + 2 : len(ids)] = 1
     nsp_labels = np.array([label for _, _, label in pairs], "int32")
     return {"token_ids": token_ids, "segment_ids": segment_ids, "nsp_labels": nsp_labels}
+
+
+def packed_sequences(texts, tokenizer, sequence_length, verbose=0):
+    """Contiguous text for masked-LM-only pretraining: `[CLS] tokens [SEP]` rows cut from all texts.
+
+    RoBERTa's "full-sentences" input (Liu et al. 2019, section 4.2): the texts
+    are concatenated in order, `[SEP]` between two texts, and cut into rows of
+    `sequence_length - 2` tokens, so a row may cross from one text into the
+    next. Only the last row is padded: every token of every text is used once,
+    where next-sentence pairs leave about a fifth of each row as padding.
+
+    Args:
+        texts: list of str. Documents, in order.
+        tokenizer: `wordpiece.WordPieceTokenizer`.
+        sequence_length: int >= 3. Length of each row, specials included.
+        verbose: `0`, `1` or `2`. A `keras.utils.Progbar` over tokenization when non-zero.
+
+    Returns:
+        Dict of numpy arrays: `token_ids` int32 `(n, sequence_length)` and
+        `segment_ids` int32 `(n, sequence_length)` (all 0). No `nsp_labels`:
+        `make_pretraining_dataset` gives the next-sentence head weight 0.
+
+    Example:
+
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["good", "bad", "."])
+    >>> packed_sequences(["Good. Bad.", "Bad."], tokenizer, sequence_length=6)["token_ids"].tolist()
+    [[2, 7, 9, 8, 9, 3], [2, 3, 8, 9, 3, 0]]
+    """
+    from kformer.data import wordpiece
+
+    if not isinstance(sequence_length, int) or sequence_length < 3:
+        raise ValueError(f"`sequence_length` must be an int >= 3. Received: sequence_length={sequence_length!r}")
+    docs = [d for d in _tokenize_sentences(texts, tokenizer, verbose=verbose) if d]
+    if not docs:
+        raise ValueError(f"Need at least 1 non-empty text. Received: {len(texts)} texts")
+    cls, sep = tokenizer.ids[wordpiece.CLS], tokenizer.ids[wordpiece.SEP]
+    stream = np.concatenate([np.append(np.concatenate(d), sep) for d in docs])[:-1].astype("int32")
+    width = sequence_length - 2
+    n = -(-len(stream) // width)
+    body = np.zeros((n, width), "int32")
+    body.flat[: len(stream)] = stream
+    token_ids = np.zeros((n, sequence_length), "int32")
+    token_ids[:, 0] = cls
+    token_ids[:, 1:-1] = body
+    lengths = np.full(n, sequence_length)
+    lengths[-1] = len(stream) - (n - 1) * width + 2
+    token_ids[np.arange(n), lengths - 1] = sep
+    return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}
 
 
 def _tokenize_sentences(texts, tokenizer, chunk=1024, verbose=0):
@@ -250,14 +299,15 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
 
     `x = {"token_ids", "segment_ids", "padding_mask" (bool), "mask_positions"}`,
     `y = {"mlm_logits": mask_ids, "nsp_logits": nsp_labels}`,
-    `sample_weight = {"mlm_logits": mask_weights, "nsp_logits": ones}`; Keras
+    `sample_weight = {"mlm_logits": mask_weights, "nsp_logits": ones}` (zeros, and
+    labels 0, for arrays without `nsp_labels`); Keras
     applies these per-output weights on TensorFlow, JAX and PyTorch. With `dynamic_masking` (RoBERTa) each batch is masked anew by numpy inside
     `tf.numpy_function`, so every epoch sees new masks (one `seed`-ed stream per
     dataset: deterministic given the seed and the order of iteration). Without
     it the masks are drawn once, with `seed`.
 
     Args:
-        arrays: dict from `segment_pairs`.
+        arrays: dict from `segment_pairs` or `packed_sequences`.
         batch_size: int.
         vocabulary_size, num_special, mask_id: as in `mask_tokens`; see `masking_args`.
         max_masks: int. Defaults to `default_max_masks(sequence_length, mask_rate)`.
@@ -288,8 +338,9 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
     def mask(ids):
         return mask_tokens(ids, vocabulary_size, num_special, mask_id, rng, mask_rate, max_masks)
 
-    columns = (token_ids, np.asarray(arrays["segment_ids"], "int32"),
-               np.asarray(arrays["nsp_labels"], "int32"))
+    has_nsp = "nsp_labels" in arrays  # packed text has none: the NSP head gets weight 0
+    nsp_labels = arrays["nsp_labels"] if has_nsp else np.zeros(len(token_ids))
+    columns = (token_ids, np.asarray(arrays["segment_ids"], "int32"), np.asarray(nsp_labels, "int32"))
     if not dynamic_masking:
         columns = (*columns, *mask(token_ids))
     ds = tf.data.Dataset.from_tensor_slices(columns)
@@ -305,7 +356,8 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
         ds = ds.map(remask)  # sequential (no num_parallel_calls): one rng, used in order
 
     def to_inputs(ids, segments, nsp, masked, positions, mask_ids, weights):
-        return pretraining_inputs(masked, segments, positions, mask_ids, weights, nsp, tf.ones_like(nsp, tf.float32))
+        nsp_weights = (tf.ones_like if has_nsp else tf.zeros_like)(nsp, tf.float32)
+        return pretraining_inputs(masked, segments, positions, mask_ids, weights, nsp, nsp_weights)
 
     return ds.map(to_inputs).prefetch(2).with_options(data_options())
 

@@ -162,6 +162,41 @@ def test_segment_pairs_next_is_contiguous_and_random_is_not(pairs, tokenizer, re
     np.testing.assert_array_equal(again["token_ids"], pairs["token_ids"])
 
 
+def test_packed_sequences_hold_every_token_once_in_order(tokenizer, reviews):
+    packed = mlm.packed_sequences(reviews, tokenizer, SEQUENCE_LENGTH)
+    token_ids, segment_ids = packed["token_ids"], packed["segment_ids"]
+    assert sorted(packed) == ["segment_ids", "token_ids"] and token_ids.dtype == np.int32
+    assert token_ids.shape == segment_ids.shape and token_ids.shape[1] == SEQUENCE_LENGTH
+    assert not segment_ids.any()
+    cls, sep = tokenizer.ids["[CLS]"], tokenizer.ids["[SEP]"]
+    lengths = (token_ids != 0).sum(1)
+    assert np.all(lengths[:-1] == SEQUENCE_LENGTH) and 3 <= lengths[-1] <= SEQUENCE_LENGTH  # one padded row
+    assert np.all(token_ids[:, 0] == cls) and np.all(token_ids[np.arange(len(lengths)), lengths - 1] == sep)
+    body = np.concatenate([row[1 : n - 1] for row, n in zip(token_ids, lengths)])
+    docs = [np.asarray(d, "int32") for d in tokenizer.tokenize(reviews).to_list() if d]
+    expected = np.concatenate([np.append(d, sep) for d in docs])[:-1]  # [SEP] between two reviews
+    np.testing.assert_array_equal(body, expected)
+    pairs = mlm.segment_pairs(reviews, tokenizer, SEQUENCE_LENGTH, seed=0)
+    assert (token_ids != 0).mean() > 0.99 > (pairs["token_ids"] != 0).mean()  # pairs: a padded tail each
+
+
+def test_packed_sequences_reject_bad_arguments(tokenizer):
+    with pytest.raises(ValueError, match=r"`sequence_length` must be an int >= 3. Received: sequence_length=2"):
+        mlm.packed_sequences(["A film."], tokenizer, 2)
+    with pytest.raises(ValueError, match="Need at least 1 non-empty text. Received: 2 texts"):
+        mlm.packed_sequences(["", "  "], tokenizer, 16)
+
+
+def test_packed_sequences_train_the_masked_lm_only(tokenizer, reviews):
+    packed = mlm.packed_sequences(reviews[:20], tokenizer, SEQUENCE_LENGTH)
+    x, y, w = next(iter(mlm.make_pretraining_dataset(packed, 8, **mlm.masking_args(tokenizer))))
+    assert not np.asarray(x["segment_ids"]).any() and not np.asarray(y["nsp_logits"]).any()
+    np.testing.assert_array_equal(np.asarray(w["nsp_logits"]), np.zeros(8))  # no next-sentence signal
+    real = (packed["token_ids"][:8] >= MASKING["num_special"]).sum(1)  # the first batch: not shuffled
+    expected = np.clip(np.rint(0.15 * real), 1, mlm.default_max_masks(SEQUENCE_LENGTH))
+    np.testing.assert_array_equal(np.asarray(w["mlm_logits"]).sum(1), expected)
+
+
 def test_dataset_trains_mini_bert_and_weights_apply(pairs, tokenizer):
     args = mlm.masking_args(tokenizer)
     assert args["mask_id"] == tokenizer.ids["[MASK]"] and args["num_special"] == 7

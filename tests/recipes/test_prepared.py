@@ -73,6 +73,24 @@ def test_next_sentence_pairs_are_cached_and_identical(tmp_path, monkeypatch):
     assert len(built) == 3 and len(list(tmp_path.glob("nsp_pairs-*.npz"))) == 3
 
 
+def test_packed_masked_lm_sequences_are_cached_and_identical(tmp_path, monkeypatch):
+    texts = imdb.load_split("unsup", max_examples=40)[0]
+    tok = WordPieceTokenizer.learn(texts, 300)
+    fresh = mlm.packed_sequences(texts, tok, 32)
+    built = []
+    packed_sequences = mlm.packed_sequences
+    monkeypatch.setattr(mlm, "packed_sequences", lambda *a, **k: built.append(1) or packed_sequences(*a, **k))
+    first = prepared.mlm_sequences(tmp_path, texts, tok, 32)
+    cached = prepared.mlm_sequences(tmp_path, texts, tok, 32)
+    assert len(built) == 1
+    for arrays in (first, cached):
+        assert sorted(arrays) == ["segment_ids", "token_ids"]
+        for k in fresh:
+            assert arrays[k].dtype == np.int32 and np.array_equal(arrays[k], fresh[k]), k
+    prepared.mlm_sequences(tmp_path, texts, tok, 24)
+    assert len(built) == 2 and len(list(tmp_path.glob("mlm_sequences-*.npz"))) == 2
+
+
 def test_language_model_windows_are_cached_and_identical(tmp_path):
     texts = imdb.load_split("unsup", max_examples=30)[0]
     preprocessor = CausalLMPreprocessor(WordPieceTokenizer.learn(texts, 300), 16)
@@ -102,6 +120,7 @@ def test_preparation_shows_progress(capsys):
     WordPieceTokenizer.learn(TEXTS, 40, verbose=2)
     tok = WordPieceTokenizer.learn(TEXTS, 40)
     mlm.segment_pairs(TEXTS, tok, 16, verbose=2)
+    mlm.packed_sequences(TEXTS, tok, 16, verbose=2)
     lm.packed_windows(CausalLMPreprocessor(tok, 8), TEXTS, verbose=2)
     out = capsys.readouterr().out
-    assert out.count(f"{len(TEXTS)}/{len(TEXTS)}") == 2 and "text" in out and "sentence" in out
+    assert out.count(f"{len(TEXTS)}/{len(TEXTS)}") == 2 and "text" in out and out.count("sentence") >= 2

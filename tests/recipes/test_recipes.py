@@ -75,7 +75,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     mlm_dir, clf_dir = pretrain_mini_bert.main(COMMON + [
         "--finetune-epochs=1", "--vocabulary-size=300", "--sequence-length=32", "--batch-size=16",
         "--pretrain-steps=7", "--compare-scratch", "--no-export", f"--output-dir={tmp_path}",
-        "--objective=mlm", "--pretrain-dropout=0", "--finetune-batch-size=8"])
+        "--objective=mlm", "--pretraining-text=packed", "--pretrain-dropout=0", "--finetune-batch-size=8"])
     mlm_metrics = json.loads((mlm_dir / "metrics.json").read_text())
     assert 0.0 <= mlm_metrics["masked_token_accuracy"] <= 1.0
     assert mlm_metrics["objective"] == "mlm" and mlm_metrics["next_sentence_accuracy"] is None
@@ -101,7 +101,8 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     assert (clf_dir / "pretrain" / "training_log.csv").is_file()
     assert not (tmp_path / "bert_tiny_mlm" / "_training").exists()
     cached = sorted(p.name.split("-")[0] for p in (tmp_path / "bert_tiny_mlm" / "_prepared").iterdir())
-    assert cached == ["nsp_pairs", "vocabulary"]  # a rerun reuses both (tests/recipes/test_prepared.py)
+    assert cached == ["mlm_sequences", "vocabulary"]  # a rerun reuses both (tests/recipes/test_prepared.py)
+    assert mlm_metrics["pretraining_text"] == "packed"  # contiguous text: no pairs built
     data, metrics_table = (mlm_dir / "README.md").read_text().split("## Data")[1].split("## Test metrics")
     assert "| pretraining_texts |" in data and "pretraining_texts" not in metrics_table.split("## Training")[0]
     assert_figures(mlm_dir)  # pretraining curves (MLM and NSP) and attention on a masked sentence

@@ -40,6 +40,8 @@ from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_tra
     (pretrain_mini_bert, ["--scratch-learning-rate=inf"], "--scratch-learning-rate"),
     (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
     (pretrain_mini_bert, ["--objective=nsp"], "--objective: invalid choice: 'nsp'"),
+    (pretrain_mini_bert, ["--pretraining-text=packed"], "--pretraining-text packed needs --objective mlm"),
+    (pretrain_mini_bert, ["--pretraining-text=books"], "--pretraining-text: invalid choice: 'books'"),
     (pretrain_mini_bert, ["--pretrain-dropout=1"], "--pretrain-dropout: expected a finite number >= 0.0 and <= 0.99"),
     (train_imdb, ["--ema=1"], "--ema: expected a finite number >= 0.0 and <= 0.9999, got 1"),
     (train_imdb, ["--ema=-0.5"], "--ema"),
