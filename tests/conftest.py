@@ -1,4 +1,6 @@
+import json
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -32,7 +34,17 @@ def pytest_report_header(config):
     return f"keras {keras.__version__}, backend: {keras.backend.backend()}"
 
 
+# Seconds each test file took per backend in one measured run (`python tests/file_durations.py
+# BACKEND=JUNIT_XML ...` rewrites them). pytest-xdist's `--dist loadfile` hands out files in order of their
+# test count, which put the slowest end-to-end files last, so one worker ran them alone while the
+# other sat idle; the workers take the slowest files first instead.
+FILE_SECONDS = pathlib.Path(__file__).with_name("file_durations.json")
+UNMEASURED_SECONDS = 10.0  # a file added since the last measurement
+
+
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist: keep our order (below), not its test count
+        config.option.loadscopereorder = False
     config.addinivalue_line("markers", "tf_only: needs the TensorFlow backend (data, export)")
     config.addinivalue_line("markers", "slow: end-to-end runs (recipes)")
     config.addinivalue_line("markers", "only_backend(name): an end-to-end run checked on one backend "
@@ -47,6 +59,12 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     backend = keras.backend.backend()
+    seconds = json.loads(FILE_SECONDS.read_text()).get(backend, {}) if FILE_SECONDS.is_file() else {}
+    order = {}  # the slowest file first; a file's tests keep their order
+    for item in items:
+        order.setdefault(item.nodeid.split("::")[0], len(order))
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], UNMEASURED_SECONDS),
+                                 order[item.nodeid.split("::")[0]]))
     for item in items:
         if "tf_only" in item.keywords and backend != "tensorflow":
             item.add_marker(pytest.mark.skip(reason="TensorFlow backend only"))
