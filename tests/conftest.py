@@ -60,11 +60,10 @@ def pytest_unconfigure(config):
 def pytest_collection_modifyitems(config, items):
     backend = keras.backend.backend()
     seconds = json.loads(FILE_SECONDS.read_text()).get(backend, {}) if FILE_SECONDS.is_file() else {}
-    order = {}  # the slowest file first; a file's tests keep their order
-    for item in items:
-        order.setdefault(item.nodeid.split("::")[0], len(order))
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], UNMEASURED_SECONDS),
-                                 order[item.nodeid.split("::")[0]]))
+    files = {item: item.nodeid.split("::")[0] for item in items}
+    order = {file: i for i, file in enumerate(dict.fromkeys(files.values()))}
+    # The slowest file first; a file's tests keep their order.
+    items.sort(key=lambda item: (-seconds.get(files[item], UNMEASURED_SECONDS), order[files[item]]))
     for item in items:
         if "tf_only" in item.keywords and backend != "tensorflow":
             item.add_marker(pytest.mark.skip(reason="TensorFlow backend only"))

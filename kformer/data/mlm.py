@@ -137,9 +137,8 @@ def packed_sequences(texts, tokenizer, sequence_length, verbose=0):
     token_ids = np.zeros((n, sequence_length), "int32")
     token_ids[:, 0] = cls
     token_ids[:, 1:-1] = body
-    lengths = np.full(n, sequence_length)
-    lengths[-1] = len(stream) - (n - 1) * width + 2
-    token_ids[np.arange(n), lengths - 1] = sep
+    token_ids[:-1, -1] = sep
+    token_ids[-1, len(stream) - (n - 1) * width + 1] = sep  # after the last row's tokens
     return {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}
 
 
