@@ -162,10 +162,31 @@ class Task(Backbone):
             validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
         elif isinstance(validation_data, tuple):
             self._check_inputs(validation_data[0])
+        self._build_training_state(x, y, sample_weight)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                            callbacks=callbacks, validation_split=validation_split,
                            validation_data=validation_data, shuffle=shuffle,
                            sample_weight=sample_weight, **kwargs)
+
+    def _build_training_state(self, x, y, sample_weight):
+        """TensorFlow: create the optimizer, loss and metric variables before `fit` traces its step.
+
+        Without a distribution strategy, Keras's TensorFlow trainer creates
+        them inside the first trace of the train step, and a `tf.function`
+        that creates variables is traced twice: the first epoch pays for two
+        traces. Built here from the input's spec (a `tf.data.Dataset`) or its
+        first row (arrays), so no data is read.
+        """
+        if keras.backend.backend() != "tensorflow" or not self.built or not self.compiled:
+            return
+        if hasattr(x, "element_spec"):  # tf.data.Dataset
+            batch = x.element_spec
+        elif all(isinstance(a, np.ndarray) or a is None for a in keras.tree.flatten((x, y, sample_weight))):
+            batch = keras.tree.map_structure(lambda a: None if a is None else a[:1], (x, y, sample_weight))
+        else:
+            return  # a generator or PyDataset: Keras builds the state in the first trace
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=batch)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         self._check_inputs(x)

@@ -50,6 +50,33 @@ def test_text_classifier_fits_and_predicts_raw_strings(tokenizer, reviews, tmp_p
     np.testing.assert_allclose(loaded.predict(TEXTS, verbose=0), probabilities, atol=1e-5)
 
 
+@pytest.mark.tf_only
+@pytest.mark.parametrize("inputs", ["dataset", "arrays"])
+def test_tensorflow_fit_traces_the_train_step_once_and_trains_as_keras_does(tokenizer, reviews, inputs):
+    """Keras's TF trainer creates optimizer and metric variables in the first trace, which makes
+    TF trace the step twice; `Task.fit` creates them first. The training itself is unchanged."""
+    texts, labels = reviews
+
+    def fitted(fit):
+        keras.utils.set_random_seed(1)
+        model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
+                                       sequence_length=16, preprocessor=TextClassifierPreprocessor(tokenizer, 16))
+        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+        step, traces = model.train_step, []
+        model.train_step = lambda data: traces.append(1) or step(data)  # runs once per trace
+        if inputs == "dataset":
+            history = fit(model, model.preprocessor.dataset(texts, labels, batch_size=8), epochs=2, verbose=0)
+        else:
+            history = fit(model, model.preprocessor.encode(texts), labels, batch_size=8, epochs=2,
+                          shuffle=False, verbose=0)
+        return history.history["loss"], len(traces)
+
+    (losses, traces), (keras_losses, keras_traces) = fitted(models.Task.fit), fitted(keras.Model.fit)
+    assert (traces, keras_traces) == (1, 2)
+    np.testing.assert_allclose(losses, keras_losses, rtol=1e-6)
+
+
 def test_translator_translates_strings_and_reloads(tokenizer, tmp_path):
     model = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
                               preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 12))
