@@ -211,7 +211,28 @@ def write_saved_model(task, preprocessor, options, directory):
         specs = [tf.TensorSpec(shape, dtype, name=name) for name, (dtype, shape) in signature.inputs.items()]
         archive.add_endpoint(signature.name, signature.endpoint(task, preprocessor, options),
                              input_signature=specs)
-    archive.write_out(str(directory), verbose=False)
+    save_options = tf.saved_model.SaveOptions()
+    _trace_once(archive, save_options)
+    archive.write_out(str(directory), options=save_options, verbose=False)
+
+
+def _trace_once(archive, save_options):
+    """Trace each endpoint once, as `tf.saved_model.save` will see it, and keep the concrete function.
+
+    A `tf.function`'s trace cache is keyed by the save context's variable
+    policy, so the endpoints Keras's `write_out` traces (to list the variables
+    they use) were traced again inside `tf.saved_model.save`: every signature's
+    graph, decoding loops included, was built twice. Traced here under the same
+    save options, the concrete functions serve both. `save_context` is private
+    to TensorFlow (pinned in constraints.txt); `test_each_signature_is_traced_once`
+    catches a TensorFlow that changes it.
+    """
+    from tensorflow.python.saved_model import save_context
+
+    trackable = archive._tf_trackable
+    with save_context.save_context(save_options):
+        for name in archive._endpoint_names:
+            setattr(trackable, name, getattr(trackable, name).get_concrete_function())
 
 
 def _store_each_weight_once(archive):

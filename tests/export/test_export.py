@@ -157,6 +157,26 @@ def test_each_weight_is_stored_once(served):
         assert seen, path
 
 
+@tf_exports_only
+def test_each_signature_is_traced_once(tokenizer, tmp_path, monkeypatch):
+    # tf.saved_model.save retraced every endpoint Keras had traced (the save context keys the cache).
+    from kformer.export import signatures as signature_table
+
+    traced, signatures_of = [], signature_table.signatures_of
+
+    def counting(signature):
+        def make(task, preprocessor, options):
+            endpoint = signature.endpoint(task, preprocessor, options)
+            return lambda *inputs: traced.append(signature.name) or endpoint(*inputs)
+        return signature._replace(endpoint=make)
+
+    monkeypatch.setattr(signature_table, "signatures_of", lambda *a, **k: tuple(map(counting, signatures_of(*a, **k))))
+    model = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
+                              preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 8))
+    export.export_for_serving(model, tmp_path / "translator", max_length=4, xla=True, warmup_requests=False)
+    assert sorted(traced) == ["serving_default", "translate_beam", "translate_xla"]  # what they answer: below
+
+
 @exported("translator")
 def test_translations_equal_generate(served):
     pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p]
