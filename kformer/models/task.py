@@ -181,10 +181,12 @@ class Task(Backbone):
             return
         if hasattr(x, "element_spec"):  # tf.data.Dataset
             batch = x.element_spec
+            if not all(type(spec).__name__ == "TensorSpec" for spec in keras.tree.flatten(batch)):
+                return  # ragged or sparse elements: left to Keras
         elif all(isinstance(a, np.ndarray) or a is None for a in keras.tree.flatten((x, y, sample_weight))):
             batch = keras.tree.map_structure(lambda a: None if a is None else a[:1], (x, y, sample_weight))
         else:
-            return  # a generator or PyDataset: Keras builds the state in the first trace
+            return  # a generator or PyDataset: Keras builds the state in the first trace, as before
         with self.distribute_strategy.scope():
             self._symbolic_build(data_batch=batch)
 
