@@ -224,8 +224,8 @@ def _trace_once(archive, save_options):
     they use) were traced again inside `tf.saved_model.save`: every signature's
     graph, decoding loops included, was built twice. Traced here under the same
     save options, the concrete functions serve both. `save_context` is private
-    to TensorFlow (pinned in constraints.txt); `test_each_signature_is_traced_once`
-    catches a TensorFlow that changes it.
+    to TensorFlow, `_endpoint_names` to Keras (both pinned in constraints.txt);
+    `test_each_signature_is_traced_once` catches a version that changes them.
     """
     from tensorflow.python.saved_model import save_context
 

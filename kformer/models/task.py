@@ -174,8 +174,10 @@ class Task(Backbone):
         Without a distribution strategy, Keras's TensorFlow trainer creates
         them inside the first trace of the train step, and a `tf.function`
         that creates variables is traced twice: the first epoch pays for two
-        traces. Built here from the input's spec (a `tf.data.Dataset`) or its
-        first row (arrays), so no data is read.
+        traces. Built here from the input's spec (a `tf.data.Dataset`: no
+        data is read) or its first row (arrays), by the `_symbolic_build` that
+        Keras itself runs under a strategy (private to Keras, pinned in
+        constraints.txt; `tests/models/test_tasks.py` counts the traces).
         """
         if keras.backend.backend() != "tensorflow" or not self.built or not self.compiled:
             return
