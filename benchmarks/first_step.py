@@ -25,12 +25,12 @@ def first_batch_seconds(recipe, fit):
     """Seconds from `fit(model, ...)` to the end of its first batch, on a freshly built model."""
     import keras
 
-    model, data, _ = recipe_steps.build(recipe)
+    model, data, args = recipe_steps.build(recipe)
     done = []
     stamp = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: done.append(time.perf_counter()))
     x, y, *weights = data
     start = time.perf_counter()
-    fit(model, x, y, sample_weight=weights[0] if weights else None, batch_size=len(keras.tree.flatten(x)[0]),
+    fit(model, x, y, sample_weight=weights[0] if weights else None, batch_size=args.batch_size,
         epochs=1, verbose=0, callbacks=[stamp])
     keras.backend.clear_session()
     return done[0] - start

@@ -29,6 +29,8 @@ class Backbone(keras.Model):
     then stores every constructor argument as an attribute of the same name:
     `get_config` reads them back (by the constructor's signature) and
     `from_config` calls the constructor, so `.keras` files need no custom code.
+    On TensorFlow, `fit` creates the training state before the train step's
+    first trace, so the step is traced once (`_build_training_state`).
 
     Args:
         **kwargs: Passed to `keras.Model` (`inputs`, `outputs`, `name`, ...).
@@ -53,6 +55,34 @@ class Backbone(keras.Model):
             raise TypeError(f"{type(self).__name__} got unexpected arguments: {shown}. Expected the arguments "
                             f"of {type(self).__name__}.__init__ or keras.Model's {sorted(MODEL_ARGUMENTS)}.")
         super().__init__(*args, **kwargs)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        self._build_training_state(x, y, kwargs.get("sample_weight"))
+        return super().fit(x, y, *args, **kwargs)
+
+    def _build_training_state(self, x, y, sample_weight):
+        """TensorFlow: create the optimizer, loss and metric variables before `fit` traces its step.
+
+        Without a distribution strategy, Keras's TensorFlow trainer creates
+        them inside the first trace of the train step, and a `tf.function`
+        that creates variables is traced twice: the first epoch pays for two
+        traces. Built here from the input's spec (a `tf.data.Dataset`: no
+        data is read) or its first row (arrays), by the `_symbolic_build` that
+        Keras itself runs under a strategy (private to Keras, pinned in
+        constraints.txt; `tests/models/test_tasks.py` counts the traces).
+        """
+        if keras.backend.backend() != "tensorflow" or not self.built or not self.compiled:
+            return
+        if hasattr(x, "element_spec"):  # tf.data.Dataset
+            batch = x.element_spec
+            if not all(type(spec).__name__ == "TensorSpec" for spec in keras.tree.flatten(batch)):
+                return  # ragged or sparse elements: left to Keras
+        elif all(isinstance(a, np.ndarray) or a is None for a in keras.tree.flatten((x, y, sample_weight))):
+            batch = keras.tree.map_structure(lambda a: None if a is None else a[:1], (x, y, sample_weight))
+        else:
+            return  # a generator or PyDataset: Keras builds the state in the first trace, as before
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=batch)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -162,35 +192,10 @@ class Task(Backbone):
             validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
         elif isinstance(validation_data, tuple):
             self._check_inputs(validation_data[0])
-        self._build_training_state(x, y, sample_weight)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                            callbacks=callbacks, validation_split=validation_split,
                            validation_data=validation_data, shuffle=shuffle,
                            sample_weight=sample_weight, **kwargs)
-
-    def _build_training_state(self, x, y, sample_weight):
-        """TensorFlow: create the optimizer, loss and metric variables before `fit` traces its step.
-
-        Without a distribution strategy, Keras's TensorFlow trainer creates
-        them inside the first trace of the train step, and a `tf.function`
-        that creates variables is traced twice: the first epoch pays for two
-        traces. Built here from the input's spec (a `tf.data.Dataset`: no
-        data is read) or its first row (arrays), by the `_symbolic_build` that
-        Keras itself runs under a strategy (private to Keras, pinned in
-        constraints.txt; `tests/models/test_tasks.py` counts the traces).
-        """
-        if keras.backend.backend() != "tensorflow" or not self.built or not self.compiled:
-            return
-        if hasattr(x, "element_spec"):  # tf.data.Dataset
-            batch = x.element_spec
-            if not all(type(spec).__name__ == "TensorSpec" for spec in keras.tree.flatten(batch)):
-                return  # ragged or sparse elements: left to Keras
-        elif all(isinstance(a, np.ndarray) or a is None for a in keras.tree.flatten((x, y, sample_weight))):
-            batch = keras.tree.map_structure(lambda a: None if a is None else a[:1], (x, y, sample_weight))
-        else:
-            return  # a generator or PyDataset: Keras builds the state in the first trace, as before
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=batch)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         self._check_inputs(x)

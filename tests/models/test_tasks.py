@@ -54,7 +54,7 @@ def test_text_classifier_fits_and_predicts_raw_strings(tokenizer, reviews, tmp_p
 @pytest.mark.parametrize("inputs", ["dataset", "arrays"])
 def test_tensorflow_fit_traces_the_train_step_once_and_trains_as_keras_does(tokenizer, reviews, inputs):
     """Keras's TF trainer creates optimizer and metric variables in the first trace, which makes
-    TF trace the step twice; `Task.fit` creates them first. The training itself is unchanged."""
+    TF trace the step twice; kformer's `fit` creates them first. The training itself is unchanged."""
     texts, labels = reviews
 
     def fitted(fit):
@@ -75,6 +75,22 @@ def test_tensorflow_fit_traces_the_train_step_once_and_trains_as_keras_does(toke
     (losses, traces), (keras_losses, keras_traces) = fitted(models.Task.fit), fitted(keras.Model.fit)
     assert (traces, keras_traces) == (1, 2)
     np.testing.assert_allclose(losses, keras_losses, rtol=1e-6)
+
+
+@pytest.mark.tf_only
+def test_a_backbone_that_is_no_task_traces_its_train_step_once_too():
+    class Projection(models.Backbone):  # `Backbone.fit` builds the state; every task inherits it
+        def __init__(self, width=4, **kwargs):
+            x = keras.Input((width,))
+            super().__init__(inputs=x, outputs=keras.layers.Dense(2)(x), **kwargs)
+            self.width = width
+
+    model = Projection()
+    model.compile(keras.optimizers.Adam(1e-3), "mse", metrics=["mae"])
+    step, traces = model.train_step, []
+    model.train_step = lambda data: traces.append(1) or step(data)
+    model.fit(np.ones((8, 4), "float32"), np.zeros((8, 2), "float32"), batch_size=4, verbose=0)
+    assert len(traces) == 1
 
 
 def test_translator_translates_strings_and_reloads(tokenizer, tmp_path):
