@@ -38,7 +38,8 @@ def first_batch_seconds(recipe, fit):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", default=",".join(recipe_steps.RECIPES))
+    parser.add_argument("--recipes", default=",".join(recipe_steps.RECIPES),
+                        help=f"comma-separated, of {', '.join(recipe_steps.RECIPES)} (default: all)")
     parser.add_argument("--repeats", type=int, default=2, help="fits per path and recipe (median)")
     args = parser.parse_args(argv)
     recipes = encoder_throughput.comma_choices(parser, "recipes", args.recipes, recipe_steps.RECIPES)
