@@ -2,6 +2,7 @@
 
     python benchmarks/encoder_throughput.py                       # every backend, both configs
     python benchmarks/encoder_throughput.py --backends jax --configs small --steps 10
+    python benchmarks/encoder_throughput.py --configs medium --malloc default,keep
 
 Each backend runs in its own subprocess (the Keras backend is fixed per
 process); the parent prints one table with examples/s (median step after
@@ -13,7 +14,9 @@ with Transformer" example): token + learned position embedding, encoder
 block(s), mean pooling, Dropout(0.1), Dense(20, relu), Dropout(0.1), Dense(2).
 Residual dropout is 0.1 everywhere; keras-hub's `TransformerEncoder(dropout=0.1)`
 also drops attention probabilities (its only setting), the other two do not.
-Per-head size is `dim // heads` in all three.
+Per-head size is `dim // heads` in all three. Each worker first sets glibc's
+malloc as the recipes do (`--malloc keep`: `kformer.runtime.keep_freed_memory`,
+no page faults on each step's large buffers) or leaves it (`default`).
 """
 
 import argparse
@@ -108,10 +111,15 @@ def matmul_peak(size=1024, repeats=10):
 
 
 def worker(args):
+    if args.malloc_mode == "keep":  # first, as the recipes do: before any model or op
+        from kformer import runtime
+
+        runtime.keep_freed_memory()
     import keras
     import numpy as np
 
-    results = {"backend": keras.backend.backend(), "peak_gflops": matmul_peak(), "rows": []}
+    results = {"backend": keras.backend.backend(), "malloc": args.malloc_mode, "peak_gflops": matmul_peak(),
+               "rows": []}
     for name in args.configs:
         c = CONFIGS[name]
         rng = np.random.default_rng(0)
@@ -153,9 +161,14 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="measured steps per round")
     parser.add_argument("--warmup", type=int, default=2, help="steps dropped per round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
+    parser.add_argument("--malloc", default="keep",
+                        help="comma-separated keep (glibc's malloc keeps freed memory, as the recipes run), "
+                             "default (the C library's settings); one row each")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--malloc-mode", default="keep", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for flag, known in (("configs", CONFIGS), ("impls", IMPLS), ("backends", ("tensorflow", "jax", "torch"))):
+    for flag, known in (("configs", CONFIGS), ("impls", IMPLS), ("backends", ("tensorflow", "jax", "torch")),
+                        ("malloc", ("keep", "default"))):
         setattr(args, flag, comma_choices(parser, flag, getattr(args, flag), known))
     if min(args.steps, args.warmup, args.rounds) < 1:
         parser.error("--steps, --warmup and --rounds must be >= 1. Received: "
@@ -165,7 +178,8 @@ def main(argv=None):
 
     argv = ["--worker", "--configs", ",".join(args.configs), "--impls", ",".join(args.impls),
             "--steps", str(args.steps), "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
-    all_results = [run_worker([sys.executable, __file__, *argv], backend) for backend in args.backends]
+    all_results = [run_worker([sys.executable, __file__, *argv, "--malloc-mode", malloc], backend)
+                   for backend in args.backends for malloc in args.malloc]
     print(report(all_results, args))
 
 
@@ -194,9 +208,9 @@ def report(all_results, args):
         f"median step of {args.rounds} interleaved rounds x {args.steps} steps (after {args.warmup} "
         "warm-up steps each); Keras default jit_compile",
         "",
-        "| backend | config | kformer ex/s | plain Keras ex/s | keras-hub ex/s | "
+        "| backend | malloc | config | kformer ex/s | plain Keras ex/s | keras-hub ex/s | "
         "kformer / plain | kformer / keras-hub | kformer GFLOP/s (% of matmul peak) |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for res in all_results:
         for name in args.configs:
@@ -207,7 +221,7 @@ def report(all_results, args):
             flops = rows.get("kformer", {}).get("gflops")
             util = f"{flops:.1f} ({100 * flops / res['peak_gflops']:.0f}% of {res['peak_gflops']:.0f})" \
                 if flops else "-"
-            lines.append(f"| {res['backend']} | {name} | {fmt(k)} | {fmt(p)} | {fmt(h)} | "
+            lines.append(f"| {res['backend']} | {res['malloc']} | {name} | {fmt(k)} | {fmt(p)} | {fmt(h)} | "
                          f"{ratio(k, p)} | {ratio(k, h)} | {util} |")
     return "\n".join(lines)
 

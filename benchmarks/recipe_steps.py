@@ -3,12 +3,15 @@
     python -m benchmarks.recipe_steps                                  # every recipe, every backend
     python -m benchmarks.recipe_steps --backends tensorflow --jit-compile auto,true
     python -m benchmarks.recipe_steps --recipes imdb,gpt --steps 5
+    python -m benchmarks.recipe_steps --recipes gpt --malloc default,keep   # glibc's malloc as is, and tuned
 
 For every recipe the model is its default preset, built and compiled as the
 recipe does (same optimizer class, loss and metrics, sizes read from the
 recipe's own parser), and trained with `fit` on one synthetic batch of the
 recipe's default shape, repeated (so the input pipeline costs nothing). The
-step time is the median of the measured steps after the warm-up steps.
+step time is the median of the measured steps after the warm-up steps. Each
+worker first sets glibc's malloc as the recipes do (`--malloc keep`:
+`kformer.runtime.keep_freed_memory`) or leaves it (`default`).
 
 FLOPs are the matmul and convolution FLOPs of one training step, counted
 once (JAX traces the forward pass; `dot_general` and `conv_general_dilated`
@@ -35,14 +38,15 @@ RECIPE_ARGV = {
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 JIT = {"auto": "auto", "true": True, "false": False}
+MALLOC = ("keep", "default")
 
 
 def recipe_args(recipe):
-    """The recipe's default arguments, from its own parser."""
+    """The recipe's default arguments, from its own parser (which leaves malloc to the worker's `--malloc`)."""
     import importlib
 
     module, argv = RECIPE_ARGV[recipe]
-    return importlib.import_module(f"recipes.{module}").parse_args(argv)
+    return importlib.import_module(f"recipes.{module}").parse_args([*argv, "--no-keep-freed-memory"])
 
 
 def build(recipe, jit_compile="auto"):
@@ -108,7 +112,7 @@ def build(recipe, jit_compile="auto"):
     elif recipe == "gpt":
         model = models.build(args.preset, vocabulary_size=args.vocabulary_size)
         model.compile(keras.optimizers.AdamW(args.learning_rate, weight_decay=0.1, beta_2=0.95, clipnorm=1.0),
-                      scce, metrics=["accuracy"], jit_compile=jit_compile)
+                      models.SparseCrossEntropy(), metrics=[models.SparseAccuracy()], jit_compile=jit_compile)
         window = ids(batch, args.sequence_length + 1)
         data = (window[:, :-1], window[:, 1:])
     else:
@@ -156,6 +160,10 @@ def step_seconds(model, data, warmup, steps):
 
 
 def worker(args):
+    if args.malloc_mode == "keep":  # first, as the recipes do: before any model or op
+        from kformer import runtime
+
+        runtime.keep_freed_memory()
     import keras
     import tensorflow as tf
 
@@ -169,14 +177,15 @@ def worker(args):
             keras.backend.clear_session()
         print("RESULT " + json.dumps(rows), flush=True)
         return
-    result = {"backend": keras.backend.backend(), "jit_compile": args.jit,
+    result = {"backend": keras.backend.backend(), "jit_compile": args.jit, "malloc": args.malloc_mode,
               "peak_gflops": encoder_throughput.matmul_peak(), "rows": {}}
     for recipe in args.recipes:
         model, data, recipe_defaults = build(recipe, JIT[args.jit])
         seconds = step_seconds(model, data, args.warmup, args.steps)
         result["rows"][recipe] = {"seconds": seconds, "preset": recipe_defaults.preset,
                                   "shape": _shape(data[0])}
-        print(f"  {result['backend']:10s} jit={args.jit:5s} {recipe:12s} {1000 * seconds:8.1f} ms",
+        print(f"  {result['backend']:10s} jit={args.jit:5s} malloc={args.malloc_mode:7s} {recipe:12s} "
+              f"{1000 * seconds:8.1f} ms",
               file=sys.stderr, flush=True)
         keras.backend.clear_session()
     print("RESULT " + json.dumps(result), flush=True)
@@ -197,9 +206,9 @@ def report(flops, results):
     lines = ["matmul peaks measured: " + ", ".join(f"{res['backend']} (jit_compile {res['jit_compile']}) "
                                                    f"{res['peak_gflops']:.0f}" for res in results)
              + f" GFLOP/s; MFU is against the best, {peak:.0f}", "",
-             "| recipe | preset | batch x shape | params | GFLOP / step | backend | jit_compile | "
+             "| recipe | preset | batch x shape | params | GFLOP / step | backend | jit_compile | malloc | "
              "ms / step | GFLOP/s | MFU |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for recipe in flops:
         for res in results:
             row = res["rows"].get(recipe)
@@ -208,7 +217,7 @@ def report(flops, results):
             gflop = flops[recipe]["train_flops"] / 1e9
             rate = gflop / row["seconds"]
             lines.append(f"| {recipe} | {row['preset']} | {row['shape']} | {flops[recipe]['params'] / 1e6:.2f}M | "
-                         f"{gflop:.2f} | {res['backend']} | {res['jit_compile']} | {1000 * row['seconds']:.0f} | "
+                         f"{gflop:.2f} | {res['backend']} | {res['jit_compile']} | {res['malloc']} | {1000 * row['seconds']:.0f} | "
                          f"{rate:.1f} | {100 * rate / peak:.0f} % |")
     return "\n".join(lines)
 
@@ -220,13 +229,18 @@ def parse_args(argv=None):
     parser.add_argument("--jit-compile", default="auto",
                         help="TensorFlow only (JAX always compiles, torch runs eager): comma-separated auto, true, "
                              "false, one row each")
+    parser.add_argument("--malloc", default="keep",
+                        help="comma-separated keep (glibc's malloc keeps freed memory, as the recipes run), "
+                             "default (the C library's settings); one row each")
     parser.add_argument("--steps", type=int, default=10, help="measured steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped first (compilation)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--jit", default="auto", help=argparse.SUPPRESS)
+    parser.add_argument("--malloc-mode", default="keep", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for flag, known in (("backends", BACKENDS), ("recipes", RECIPES), ("jit_compile", tuple(JIT))):
+    for flag, known in (("backends", BACKENDS), ("recipes", RECIPES), ("jit_compile", tuple(JIT)),
+                        ("malloc", MALLOC)):
         setattr(args, flag, encoder_throughput.comma_choices(parser, flag, getattr(args, flag), known))
     if args.steps < 1 or args.warmup < 1:
         parser.error(f"--steps and --warmup must be >= 1. Received: --steps {args.steps}, --warmup {args.warmup}")
@@ -239,8 +253,8 @@ def main(argv=None):
         return worker(args)
     common = ["--recipes", ",".join(args.recipes), "--steps", str(args.steps), "--warmup", str(args.warmup)]
     flops = run_worker("jax", [*common, "--count-flops"])
-    results = [run_worker(backend, [*common, "--jit", jit]) for backend in args.backends
-               for jit in (args.jit_compile if backend == "tensorflow" else ["auto"])]
+    results = [run_worker(backend, [*common, "--jit", jit, "--malloc-mode", malloc]) for backend in args.backends
+               for jit in (args.jit_compile if backend == "tensorflow" else ["auto"]) for malloc in args.malloc]
     print(f"median of {args.steps} steps after {args.warmup} warm-up steps; FLOPs = 3 x forward matmuls")
     print(report(flops, results))
 

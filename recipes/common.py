@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 
-from kformer import models  # noqa: E402
+from kformer import models, runtime  # noqa: E402
 from kformer.export.versioning import write_new_version  # noqa: E402
 from recipes import model_card, plots, prepared  # noqa: E402
 from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
@@ -93,12 +93,18 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
                    help="skip curves.png and attention.png in the version folder")
     p.add_argument("--verbose", choices=("auto", "0", "1", "2"), default="auto",
                    help="Keras fit verbosity (auto: progress bars on a terminal)")
+    p.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="glibc's malloc keeps freed memory for the next step instead of returning it to the "
+                        "kernel (kformer.runtime.keep_freed_memory; Linux only): CPU steps 1.2-1.6x faster, "
+                        "resident memory stays at its peak")
     return p
 
 
 def parse_args(parser, argv, default_preset=None):
     """Parse and check the shared flags; `default_preset(args)` picks the preset when `--preset` is not given."""
     args = parser.parse_args(argv)
+    if args.keep_freed_memory:  # before any model or backend op: threads that allocated keep their arenas
+        runtime.keep_freed_memory()
     args._argv = list(sys.argv[1:] if argv is None else argv)  # for the model card
     if args.preset is None and default_preset is not None:
         args.preset = default_preset(args)

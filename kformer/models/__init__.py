@@ -24,7 +24,7 @@ from kformer.models.load import load
 from kformer.models.parallel import layout_map
 from kformer.models.registry import build, builder, get_preset, list_models, register
 from kformer.models.task import Backbone, ClassifierTask, Task
-from kformer.models.training import LabelSmoothedCrossEntropy, TransformerSchedule
+from kformer.models.training import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy, TransformerSchedule
 from kformer.models.translator import Translator, translator
 from kformer.models.vit import ViTImageClassifier, vit
 
@@ -37,6 +37,8 @@ __all__ = [
     "ConformerEncoder",
     "ClassifierTask",
     "LabelSmoothedCrossEntropy",
+    "SparseAccuracy",
+    "SparseCrossEntropy",
     "Task",
     "TextClassifier",
     "TransformerSchedule",

@@ -55,3 +55,17 @@ def test_bad_flags_name_the_flag_and_the_value(capsys):
     with pytest.raises(SystemExit):
         recipe_steps.parse_args(["--steps", "0"])
     assert "--steps 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe_steps.parse_args(["--malloc", "keep,tcmalloc"])
+    assert "--malloc: unknown ['tcmalloc']" in capsys.readouterr().err
+
+
+def test_report_has_a_row_per_malloc_setting():
+    flops = {"gpt": {"train_flops": 36e9, "params": 1.44e6}}
+    results = [{"backend": "jax", "jit_compile": "auto", "malloc": malloc, "peak_gflops": 400.0,
+                "rows": {"gpt": {"seconds": seconds, "preset": "gpt_tiny", "shape": "32x128"}}}
+               for malloc, seconds in (("default", 0.45), ("keep", 0.3))]
+    table = recipe_steps.report(flops, results).splitlines()
+    assert "| malloc |" in table[2]
+    assert table[4] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | default | 450 | 80.0 | 20 % |"
+    assert table[5] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | keep | 300 | 120.0 | 30 % |"
