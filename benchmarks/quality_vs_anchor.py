@@ -15,7 +15,9 @@ use the same train / validation / test split and the same seed, and train
 for `--epochs` (`--anchor-epochs` where equal epochs would not fit). The
 recipe runs as its own process (its command is printed; `--no-export`), the
 anchor in this one; wall time, `fit` time and epochs are printed for both.
-Writes `<output-dir>/quality_vs_anchor_<task>.json`.
+Both run with the same malloc setting (`--malloc`: the recipes' default,
+`kformer.runtime.keep_freed_memory`, set in this process too, or glibc's
+defaults on both sides). Writes `<output-dir>/quality_vs_anchor_<task>.json`.
 """
 
 import argparse
@@ -47,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--split-by", choices=("pair", "source"), default="pair", help="translation only")
     p.add_argument("--recipe-args", default="", help='more recipe flags, e.g. "--patience 60"')
     p.add_argument("--only", choices=("recipe", "anchor"), default=None, help="run one side")
+    p.add_argument("--malloc", choices=("keep", "default"), default="keep",
+                   help="both sides: glibc's malloc keeps freed memory (as the recipes run by default) or "
+                        "glibc's defaults (the recipe with --no-keep-freed-memory)")
     p.add_argument("--output-dir", default="benchmark_runs")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2)
@@ -73,6 +78,7 @@ def run_recipe(args, out_dir):
     command += ["--max-examples", str(args.max_examples)] if args.max_examples else []
     command += ["--split-by", args.split_by] if args.task == "translation" else []
     command += ["--finetune-epochs", str(args.finetune_epochs)] if args.task == "bert" else []
+    command += [] if args.malloc == "keep" else ["--no-keep-freed-memory"]
     command += args.recipe_args.split()
     print("recipe:", " ".join(command[1:]), flush=True)
     start = time.time()
@@ -135,10 +141,15 @@ def summary(result):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.malloc == "keep":  # the anchor trains in this process: the same allocator as the recipe's
+        from kformer import runtime
+
+        runtime.keep_freed_memory()
     out_dir = pathlib.Path(args.output_dir)
     run_dir = out_dir / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     report = {"task": args.task, "data_dir": args.data_dir, "epochs": args.epochs,
-              "anchor_epochs": args.anchor_epochs, "max_examples": args.max_examples, "seed": args.seed}
+              "anchor_epochs": args.anchor_epochs, "max_examples": args.max_examples, "seed": args.seed,
+              "malloc": args.malloc}
     if args.only != "anchor":
         report["recipe"] = run_recipe(args, run_dir)
     if args.only != "recipe":

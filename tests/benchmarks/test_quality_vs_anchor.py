@@ -80,6 +80,7 @@ def test_vit_anchor_is_the_example_model_on_grey_digits():
     (["--task", "imdb", "--epochs", "0"], "--epochs must be a positive integer, got 0"),
     (["--task", "mnist", "--split-by", "source"], "--split-by source is for --task translation"),
     (["--task", "imdb", "--data-dir", "/no/such/folder"], "'/no/such/folder' is not a folder"),
+    (["--task", "imdb", "--malloc", "tcmalloc"], "--malloc: invalid choice: 'tcmalloc'"),
 ])
 def test_bad_flags_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -96,6 +97,7 @@ def test_imdb_side_by_side_on_the_bundled_sample(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "quality_vs_anchor_imdb.json").read_text())
     recipe = report["recipe"]["metrics"]["imdb_bigram"]
+    assert report["malloc"] == "keep" and "--no-keep-freed-memory" not in report["recipe"]["command"]
     assert recipe["epochs"] == 1 and recipe["test_examples"] == 96
     assert set(report["anchor"]) == {"keras example (tail 200 words)", "keras example (head 200 words)"}
     for result in [recipe, *report["anchor"].values()]:
