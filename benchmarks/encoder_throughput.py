@@ -31,6 +31,7 @@ CONFIGS = {
     "medium": dict(vocab=20000, seq=256, dim=256, heads=4, ff=1024, blocks=4, batch=32),
 }
 IMPLS = ("kformer", "plain_keras", "keras_hub")
+MALLOC = ("keep", "default")  # glibc's malloc keeps freed memory (as the recipes run), or its defaults
 
 
 def train_flops(c):
@@ -111,10 +112,7 @@ def matmul_peak(size=1024, repeats=10):
 
 
 def worker(args):
-    if args.malloc_mode == "keep":  # first, as the recipes do: before any model or op
-        from kformer import runtime
-
-        runtime.keep_freed_memory()
+    set_malloc(args.malloc_mode)
     import keras
     import numpy as np
 
@@ -161,14 +159,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="measured steps per round")
     parser.add_argument("--warmup", type=int, default=2, help="steps dropped per round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
-    parser.add_argument("--malloc", default="keep",
-                        help="comma-separated keep (glibc's malloc keeps freed memory, as the recipes run), "
-                             "default (the C library's settings); one row each")
+    add_malloc_flags(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--malloc-mode", default="keep", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for flag, known in (("configs", CONFIGS), ("impls", IMPLS), ("backends", ("tensorflow", "jax", "torch")),
-                        ("malloc", ("keep", "default"))):
+                        ("malloc", MALLOC)):
         setattr(args, flag, comma_choices(parser, flag, getattr(args, flag), known))
     if min(args.steps, args.warmup, args.rounds) < 1:
         parser.error("--steps, --warmup and --rounds must be >= 1. Received: "
@@ -181,6 +176,22 @@ def main(argv=None):
     all_results = [run_worker([sys.executable, __file__, *argv, "--malloc-mode", malloc], backend)
                    for backend in args.backends for malloc in args.malloc]
     print(report(all_results, args))
+
+
+def add_malloc_flags(parser):
+    """`--malloc keep,default` (one row each) and the worker's hidden `--malloc-mode`."""
+    parser.add_argument("--malloc", default="keep",
+                        help="comma-separated keep (glibc's malloc keeps freed memory, as the recipes run), "
+                             "default (the C library's settings); one row each")
+    parser.add_argument("--malloc-mode", default="keep", choices=MALLOC, help=argparse.SUPPRESS)
+
+
+def set_malloc(mode):
+    """A worker's first call, as the recipes do before any model or op: `keep` -> `keep_freed_memory()`."""
+    if mode == "keep":
+        from kformer import runtime
+
+        runtime.keep_freed_memory()
 
 
 def comma_choices(parser, flag, value, known):

@@ -38,7 +38,6 @@ RECIPE_ARGV = {
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 JIT = {"auto": "auto", "true": True, "false": False}
-MALLOC = ("keep", "default")
 
 
 def recipe_args(recipe):
@@ -160,10 +159,7 @@ def step_seconds(model, data, warmup, steps):
 
 
 def worker(args):
-    if args.malloc_mode == "keep":  # first, as the recipes do: before any model or op
-        from kformer import runtime
-
-        runtime.keep_freed_memory()
+    encoder_throughput.set_malloc(args.malloc_mode)
     import keras
     import tensorflow as tf
 
@@ -229,18 +225,15 @@ def parse_args(argv=None):
     parser.add_argument("--jit-compile", default="auto",
                         help="TensorFlow only (JAX always compiles, torch runs eager): comma-separated auto, true, "
                              "false, one row each")
-    parser.add_argument("--malloc", default="keep",
-                        help="comma-separated keep (glibc's malloc keeps freed memory, as the recipes run), "
-                             "default (the C library's settings); one row each")
+    encoder_throughput.add_malloc_flags(parser)
     parser.add_argument("--steps", type=int, default=10, help="measured steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped first (compilation)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--jit", default="auto", help=argparse.SUPPRESS)
-    parser.add_argument("--malloc-mode", default="keep", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for flag, known in (("backends", BACKENDS), ("recipes", RECIPES), ("jit_compile", tuple(JIT)),
-                        ("malloc", MALLOC)):
+                        ("malloc", encoder_throughput.MALLOC)):
         setattr(args, flag, encoder_throughput.comma_choices(parser, flag, getattr(args, flag), known))
     if args.steps < 1 or args.warmup < 1:
         parser.error(f"--steps and --warmup must be >= 1. Received: --steps {args.steps}, --warmup {args.warmup}")
