@@ -6,7 +6,8 @@ exported SavedModels. It uses only core TensorFlow ops (no tensorflow-text
 custom ops), so a plain `tensorflow` process and the stock TF Serving binary
 run the exported graph. It is a Keras layer: a task's `.keras` file stores
 its vocabulary as an asset (`vocabulary.txt`), as keras-hub tokenizers do.
-Vocabularies are learned with tensorflow-text's WordPiece learner.
+Vocabularies are learned with tensorflow-text's WordPiece algorithm, run in
+numpy (`kformer.data.wordpiece_learner`).
 """
 
 import collections
@@ -179,13 +180,14 @@ class WordPieceTokenizer(keras.layers.Layer):
     def learn(cls, texts, vocabulary_size, special_tokens=SPECIAL_TOKENS, max_words=30000, verbose=0):
         """Learn a vocabulary of at most `vocabulary_size` tokens from `texts` (list of str).
 
-        Uses tensorflow-text's WordPiece learner (the one behind keras-hub's
-        `compute_word_piece_vocabulary`) on the `max_words` most frequent
-        words, which keeps learning on 25k reviews to about a minute.
-        `verbose=1` or `2` shows a `keras.utils.Progbar` over the word count, then says when
-        the learner starts.
+        Learns on the `max_words` most frequent words with tensorflow-text's
+        WordPiece algorithm (the one behind keras-hub's
+        `compute_word_piece_vocabulary`), computed in numpy by
+        `kformer.data.wordpiece_learner`: the same vocabulary, about a second
+        for 30,000 words. `verbose=1` or `2` shows a `keras.utils.Progbar` over
+        the word count, then says when the learner starts.
         """
-        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+        from kformer.data.wordpiece_learner import learn_vocabulary
 
         if not texts:
             raise ValueError("`texts` is empty: a vocabulary needs training text.")
@@ -202,10 +204,9 @@ class WordPieceTokenizer(keras.layers.Layer):
                 progress.update(min(start + 2000, len(texts)))
         counts = {word.decode("utf-8"): n for word, n in counts.most_common(max_words)}
         if verbose:
-            print(f"learning {vocabulary_size} word pieces from the {len(counts)} most frequent words "
-                  "(tensorflow-text's learner; no progress inside)", flush=True)
-        vocabulary = learner.learn(counts, vocabulary_size, list(special_tokens),
-                                   max_input_tokens=max_words, lower_thresh=1)
+            print(f"learning {vocabulary_size} word pieces from the {len(counts)} most frequent words", flush=True)
+        vocabulary = learn_vocabulary(counts, vocabulary_size, list(special_tokens), max_input_tokens=max_words,
+                                      lower_thresh=1)
         return cls(vocabulary[:vocabulary_size])
 
     def save(self, path):
