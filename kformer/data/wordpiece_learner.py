@@ -167,12 +167,14 @@ class _SubstringTable:
 
     def learn(self, thresh, num_iterations, chars):
         """`{token: count}` after `num_iterations` rounds at `thresh` (tensorflow-text's `learn_with_thresh`)."""
-        counts = self.round_zero
+        tokens = _with_characters({}, chars)
         for round_ in range(num_iterations):
             if round_:
                 member = np.zeros(len(self.strings), bool)
                 member[[self.string_ids[t] for t in tokens if t in self.string_ids]] = True
                 counts = self._token_counts(self._piece_starts(member))
+            else:
+                counts = self.round_zero
             passed = np.flatnonzero(counts >= thresh)
             keys = self.token_keys[passed]
             tokens = {}
@@ -180,7 +182,13 @@ class _SubstringTable:
             for joined in (0, 1):
                 pick = keys % 2 == joined
                 tokens.update(zip((self.strings[s] for s in keys[pick] // 2), counts[passed[pick]].tolist()))
-            for char in sorted(chars):
-                tokens.setdefault(char, 1)
-                tokens.setdefault(JOINER + char, 1)
+            tokens = _with_characters(tokens, chars)
         return tokens
+
+
+def _with_characters(tokens, chars):
+    """`tokens` with every character, alone and joined, counted 1 where missing."""
+    for char in sorted(chars):
+        tokens.setdefault(char, 1)
+        tokens.setdefault(JOINER + char, 1)
+    return tokens
