@@ -15,7 +15,6 @@ Three timed calls per vocabulary size, on the same reviews:
 """
 
 import argparse
-import collections
 import time
 
 
@@ -37,13 +36,11 @@ def main(argv=None):
     from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as tf_text
 
     from kformer.data import imdb
-    from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer, normalize
+    from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer, count_words
 
     texts = imdb.load_split("train", data_dir=args.data_dir, max_examples=args.max_examples)[0]
-    counts = collections.Counter()
-    for start in range(0, len(texts), 2000):  # as WordPieceTokenizer.learn counts them
-        counts.update(tf.strings.split(normalize(tf.constant(texts[start:start + 2000]))).flat_values.numpy().tolist())
-    words = {word.decode("utf-8"): n for word, n in counts.most_common(30000)}
+    counts = count_words(texts)
+    words = dict(list(counts.items())[:30000])  # what WordPieceTokenizer.learn learns from
     print(f"{len(texts)} reviews, {len(counts)} distinct words, the {len(words)} most frequent learned from")
     print("| vocabulary | kformer s | tensorflow-text s (same words) | equal | keras-hub s | "
           "tensorflow-text / kformer | keras-hub / kformer |")

@@ -93,6 +93,29 @@ def normalize(texts):
 
 
 @keras.saving.register_keras_serializable(package="kformer")
+def count_words(texts, max_words=None, verbose=0):
+    """The `max_words` most frequent words of `texts` after `normalize`, as `{word: count}`, most frequent first.
+
+    Args:
+        texts: list of str.
+        max_words: int, or None for every word. Ties keep the order words were first seen in.
+        verbose: 0, or 1 / 2 for a `keras.utils.Progbar` over the texts.
+
+    Example:
+
+    >>> count_words(["The cat, the hat.", "A cat"])
+    {'the': 2, 'cat': 2, ',': 1, 'hat': 1, '.': 1, 'a': 1}
+    """
+    counts = collections.Counter()
+    progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
+    for start in range(0, len(texts), 2000):
+        words = tf.strings.split(normalize(tf.constant(texts[start:start + 2000])))
+        counts.update(words.flat_values.numpy().tolist())
+        if progress:
+            progress.update(min(start + 2000, len(texts)))
+    return {word.decode("utf-8"): n for word, n in counts.most_common(max_words)}
+
+
 class WordPieceTokenizer(keras.layers.Layer):
     """Greedy longest-match-first WordPiece (BERT's algorithm) over a fixed vocabulary.
 
@@ -195,14 +218,7 @@ class WordPieceTokenizer(keras.layers.Layer):
             raise ValueError(
                 f"`vocabulary_size` must be an int above the {len(special_tokens)} special tokens. "
                 f"Received: vocabulary_size={vocabulary_size!r}")
-        counts = collections.Counter()
-        progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
-        for start in range(0, len(texts), 2000):
-            words = tf.strings.split(normalize(tf.constant(texts[start:start + 2000])))
-            counts.update(words.flat_values.numpy().tolist())
-            if progress:
-                progress.update(min(start + 2000, len(texts)))
-        counts = {word.decode("utf-8"): n for word, n in counts.most_common(max_words)}
+        counts = count_words(texts, max_words, verbose)
         if verbose:
             print(f"learning {vocabulary_size} word pieces from the {len(counts)} most frequent words", flush=True)
         vocabulary = learn_vocabulary(counts, vocabulary_size, list(special_tokens), max_input_tokens=max_words,

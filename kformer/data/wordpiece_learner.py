@@ -13,7 +13,7 @@ needs one suffix per piece start. Here words, substrings and suffixes are
 integer ids, and a round is a handful of numpy operations over all words at
 once. The vocabulary is the same, token for token and in the same order
 (tests/data/test_wordpiece_learner.py checks it against tensorflow-text),
-about 10x faster.
+11-46x faster on the recipes' word counts (docs/BENCHMARKS.md).
 """
 
 import numpy as np
@@ -152,7 +152,7 @@ class _SubstringTable:
         position = np.zeros(len(self.word_length), np.int64)
         whole = np.ones(len(self.word_length), bool)
         starts, owners = [], []
-        active = np.flatnonzero(position < self.word_length)
+        active = np.arange(len(self.word_length))  # every word is at least one character
         while active.size:
             group = self.word_first_group[active] + position[active]
             end = ends[group]

@@ -1,36 +1,28 @@
 """`learn_vocabulary` learns tensorflow-text's WordPiece vocabulary, token for token and in order."""
 
-import collections
 import random
 
 import pytest
-import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as reference
 
 from kformer.data import imdb, translation
-from kformer.data.wordpiece import SPECIAL_TOKENS, normalize
+from kformer.data.wordpiece import SPECIAL_TOKENS, count_words
 from kformer.data.wordpiece_learner import learn_vocabulary
 
 RESERVED = list(SPECIAL_TOKENS)
 pytestmark = pytest.mark.only_backend("tensorflow")  # numpy and Python only: the same on every backend
 
 
-def word_counts(texts):
-    words = tf.strings.split(normalize(tf.constant(texts))).flat_values.numpy().tolist()
-    return {word.decode("utf-8"): n for word, n in collections.Counter(words).most_common()}
-
-
 @pytest.mark.parametrize("size", [150, 500])
 def test_same_vocabulary_on_reviews(size):
-    counts = word_counts(imdb.load_split("train", max_examples=120)[0])
+    counts = count_words(imdb.load_split("train", max_examples=120)[0])
     vocabulary = learn_vocabulary(counts, size, RESERVED, lower_thresh=1, max_input_tokens=3000)
     assert vocabulary == reference.learn(counts, size, RESERVED, lower_thresh=1, max_input_tokens=3000)
     assert size * 0.9 <= len(vocabulary) <= size
 
 
 def test_same_vocabulary_on_spanish():  # accents and inverted marks: pieces are code points, not bytes
-    spanish = [target for _, target in zip(range(1500), translation.load_split("train")[1])]
-    counts = word_counts(spanish)
+    counts = count_words(translation.load_split("train", max_examples=1500)[1])
     assert any(not word.isascii() for word in counts)
     assert learn_vocabulary(counts, 300, RESERVED, lower_thresh=1) == reference.learn(counts, 300, RESERVED,
                                                                                       lower_thresh=1)
