@@ -92,7 +92,6 @@ def normalize(texts):
     return tf.strings.regex_replace(texts, r"\[ mask \]", MASK)
 
 
-@keras.saving.register_keras_serializable(package="kformer")
 def count_words(texts, max_words=None, verbose=0):
     """The `max_words` most frequent words of `texts` after `normalize`, as `{word: count}`, most frequent first.
 
@@ -116,6 +115,7 @@ def count_words(texts, max_words=None, verbose=0):
     return {word.decode("utf-8"): n for word, n in counts.most_common(max_words)}
 
 
+@keras.saving.register_keras_serializable(package="kformer")
 class WordPieceTokenizer(keras.layers.Layer):
     """Greedy longest-match-first WordPiece (BERT's algorithm) over a fixed vocabulary.
 
