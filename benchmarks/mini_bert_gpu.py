@@ -253,18 +253,7 @@ def plot(argv):
     p.add_argument("results", type=pathlib.Path, nargs="+", help="folders `train` wrote (named for the legend)")
     p.add_argument("--out", type=pathlib.Path, required=True, help="the PNG to write")
     args = p.parse_args(argv)
-    import csv
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def column(path, name):
-        with open(path, newline="") as f:
-            return [float(row[name]) for row in csv.DictReader(f)]
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=(1, 1.4))
+    fig, left, right = two_panels()
     for index, folder in enumerate(args.results):
         metrics, color, run = json.loads((folder / "metrics.json").read_text()), f"C{index}", folder.name
         accuracy = column(folder / "pretrain_log.csv", "val_mlm_logits_sparse_categorical_accuracy")
@@ -281,13 +270,36 @@ def plot(argv):
     left.set(title=f"pretraining ({metrics['pretraining_steps']} steps of {metrics['batch_size']})",
              xlabel="epoch", ylabel="held-out masked-token accuracy")
     right.set(title="IMDB sentiment fine-tuning", xlabel="epoch", ylabel="validation accuracy")
+    save_figure(fig, left, right, args.out)
+
+
+def column(path, name):
+    """One column of a CSVLogger file, as floats."""
+    import csv
+
+    with open(path, newline="") as f:
+        return [float(row[name]) for row in csv.DictReader(f)]
+
+
+def two_panels():
+    """-> (figure, pretraining axis, fine-tuning axis), drawn off screen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 4.5), width_ratios=(1, 1.4))
+    return fig, left, right
+
+
+def save_figure(fig, left, right, out):
     left.legend(fontsize=8)
     right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # outside: the curves cross
     for axis in (left, right):
         axis.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=100)
-    print(f"wrote {args.out}")
+    fig.savefig(out, dpi=100)
+    print(f"wrote {out}")
 
 
 def device_name():
