@@ -4,6 +4,7 @@
     python -m benchmarks.recipe_steps --backends tensorflow --jit-compile auto,true
     python -m benchmarks.recipe_steps --recipes imdb,gpt --steps 5
     python -m benchmarks.recipe_steps --recipes gpt --malloc default,keep   # glibc's malloc as is, and tuned
+    python -m benchmarks.recipe_steps --dtype-policy float32,mixed_bfloat16  # the recipes' --mixed-precision on a CPU
 
 For every recipe the model is its default preset, built and compiled as the
 recipe does (same optimizer class, loss and metrics, sizes read from the
@@ -11,7 +12,9 @@ recipe's own parser), and trained with `fit` on one synthetic batch of the
 recipe's default shape, repeated (so the input pipeline costs nothing). The
 step time is the median of the measured steps after the warm-up steps. Each
 worker first sets glibc's malloc as the recipes do (`--malloc keep`:
-`kformer.runtime.keep_freed_memory`) or leaves it (`default`).
+`kformer.runtime.keep_freed_memory`) or leaves it (`default`), and sets
+the Keras dtype policy (`--dtype-policy`; the recipes' `--mixed-precision`
+is `mixed_bfloat16` on a CPU).
 
 FLOPs are the matmul and convolution FLOPs of one training step, counted
 once (JAX traces the forward pass; `dot_general` and `conv_general_dilated`
@@ -38,6 +41,7 @@ RECIPE_ARGV = {
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 JIT = {"auto": "auto", "true": True, "false": False}
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def recipe_args(recipe):
@@ -174,13 +178,14 @@ def worker(args):
         print("RESULT " + json.dumps(rows), flush=True)
         return
     result = {"backend": keras.backend.backend(), "jit_compile": args.jit, "malloc": args.malloc_mode,
-              "peak_gflops": encoder_throughput.matmul_peak(), "rows": {}}
+              "policy": args.policy, "peak_gflops": encoder_throughput.matmul_peak(), "rows": {}}
     for recipe in args.recipes:
+        keras.mixed_precision.set_global_policy(args.policy)  # again each time: clear_session resets it
         model, data, recipe_defaults = build(recipe, JIT[args.jit])
         seconds = step_seconds(model, data, args.warmup, args.steps)
         result["rows"][recipe] = {"seconds": seconds, "preset": recipe_defaults.preset,
                                   "shape": _shape(data[0])}
-        print(f"  {result['backend']:10s} jit={args.jit:5s} malloc={args.malloc_mode:7s} {recipe:12s} "
+        print(f"  {result['backend']:10s} jit={args.jit:5s} malloc={args.malloc_mode:7s} {args.policy:14s} {recipe:12s} "
               f"{1000 * seconds:8.1f} ms",
               file=sys.stderr, flush=True)
         keras.backend.clear_session()
@@ -202,9 +207,9 @@ def report(flops, results):
     lines = ["matmul peaks measured: " + ", ".join(f"{res['backend']} (jit_compile {res['jit_compile']}) "
                                                    f"{res['peak_gflops']:.0f}" for res in results)
              + f" GFLOP/s; MFU is against the best, {peak:.0f}", "",
-             "| recipe | preset | batch x shape | params | GFLOP / step | backend | jit_compile | malloc | "
+             "| recipe | preset | batch x shape | params | GFLOP / step | backend | jit_compile | malloc | policy | "
              "ms / step | GFLOP/s | MFU |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for recipe in flops:
         for res in results:
             row = res["rows"].get(recipe)
@@ -213,7 +218,8 @@ def report(flops, results):
             gflop = flops[recipe]["train_flops"] / 1e9
             rate = gflop / row["seconds"]
             lines.append(f"| {recipe} | {row['preset']} | {row['shape']} | {flops[recipe]['params'] / 1e6:.2f}M | "
-                         f"{gflop:.2f} | {res['backend']} | {res['jit_compile']} | {res['malloc']} | {1000 * row['seconds']:.0f} | "
+                         f"{gflop:.2f} | {res['backend']} | {res['jit_compile']} | {res['malloc']} | {res['policy']} | "
+                         f"{1000 * row['seconds']:.0f} | "
                          f"{rate:.1f} | {100 * rate / peak:.0f} % |")
     return "\n".join(lines)
 
@@ -226,14 +232,17 @@ def parse_args(argv=None):
                         help="TensorFlow only (JAX always compiles, torch runs eager): comma-separated auto, true, "
                              "false, one row each")
     encoder_throughput.add_malloc_flags(parser)
+    parser.add_argument("--dtype-policy", default="float32",
+                        help="comma-separated Keras dtype policies (%s), one row each" % ", ".join(POLICIES))
     parser.add_argument("--steps", type=int, default=10, help="measured steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped first (compilation)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--jit", default="auto", help=argparse.SUPPRESS)
+    parser.add_argument("--policy", default="float32", choices=POLICIES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for flag, known in (("backends", BACKENDS), ("recipes", RECIPES), ("jit_compile", tuple(JIT)),
-                        ("malloc", encoder_throughput.MALLOC)):
+                        ("malloc", encoder_throughput.MALLOC), ("dtype_policy", POLICIES)):
         setattr(args, flag, encoder_throughput.comma_choices(parser, flag, getattr(args, flag), known))
     if args.steps < 1 or args.warmup < 1:
         parser.error(f"--steps and --warmup must be >= 1. Received: --steps {args.steps}, --warmup {args.warmup}")
@@ -246,8 +255,9 @@ def main(argv=None):
         return worker(args)
     common = ["--recipes", ",".join(args.recipes), "--steps", str(args.steps), "--warmup", str(args.warmup)]
     flops = run_worker("jax", [*common, "--count-flops"])
-    results = [run_worker(backend, [*common, "--jit", jit, "--malloc-mode", malloc]) for backend in args.backends
-               for jit in (args.jit_compile if backend == "tensorflow" else ["auto"]) for malloc in args.malloc]
+    results = [run_worker(backend, [*common, "--jit", jit, "--malloc-mode", malloc, "--policy", policy])
+               for backend in args.backends for jit in (args.jit_compile if backend == "tensorflow" else ["auto"])
+               for malloc in args.malloc for policy in args.dtype_policy]
     print(f"median of {args.steps} steps after {args.warmup} warm-up steps; FLOPs = 3 x forward matmuls")
     print(report(flops, results))
 

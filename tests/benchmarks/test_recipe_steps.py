@@ -58,14 +58,40 @@ def test_bad_flags_name_the_flag_and_the_value(capsys):
     with pytest.raises(SystemExit):
         recipe_steps.parse_args(["--malloc", "keep,tcmalloc"])
     assert "--malloc: unknown ['tcmalloc']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe_steps.parse_args(["--dtype-policy", "float32,bfloat8"])
+    assert "--dtype-policy: unknown ['bfloat8']" in capsys.readouterr().err
+
+
+def test_each_recipe_is_built_under_the_workers_dtype_policy(monkeypatch, capsys):
+    """`clear_session` after each recipe resets Keras's global policy: the worker sets it again."""
+    seen = []
+
+    def build(recipe, jit_compile):
+        seen.append(keras.mixed_precision.global_policy().name)
+        return None, [None], type("Args", (), {"preset": "vit_tiny"})
+
+    monkeypatch.setattr(recipe_steps, "build", build)
+    monkeypatch.setattr(recipe_steps, "step_seconds", lambda *args: 0.1)
+    monkeypatch.setattr(recipe_steps, "_shape", lambda x: "1")
+    monkeypatch.setattr(recipe_steps.encoder_throughput, "matmul_peak", lambda: 1.0)
+    monkeypatch.setattr(recipe_steps.encoder_throughput, "set_malloc", lambda mode: None)
+    try:
+        recipe_steps.worker(recipe_steps.parse_args(["--worker", "--recipes", "vit_mnist,vit_mnist",
+                                                     "--policy", "mixed_bfloat16"]))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert seen == ["mixed_bfloat16", "mixed_bfloat16"]
+    assert '"policy": "mixed_bfloat16"' in capsys.readouterr().out
 
 
 def test_report_has_a_row_per_malloc_setting():
     flops = {"gpt": {"train_flops": 36e9, "params": 1.44e6}}
-    results = [{"backend": "jax", "jit_compile": "auto", "malloc": malloc, "peak_gflops": 400.0,
+    results = [{"backend": "jax", "jit_compile": "auto", "malloc": malloc, "policy": "float32", "peak_gflops": 400.0,
                 "rows": {"gpt": {"seconds": seconds, "preset": "gpt_tiny", "shape": "32x128"}}}
                for malloc, seconds in (("default", 0.45), ("keep", 0.3))]
     table = recipe_steps.report(flops, results).splitlines()
     assert "| malloc |" in table[2]
-    assert table[4] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | default | 450 | 80.0 | 20 % |"
-    assert table[5] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | keep | 300 | 120.0 | 30 % |"
+    assert "| malloc | policy |" in table[2]
+    assert table[4] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | default | float32 | 450 | 80.0 | 20 % |"
+    assert table[5] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | keep | float32 | 300 | 120.0 | 30 % |"
