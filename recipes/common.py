@@ -80,7 +80,7 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
     p.add_argument("--seed", type=bounded(int, 0, 2**31 - 1), default=1337)
     p.add_argument("--mixed-precision", action="store_true",
                    help="mixed_float16 on a GPU, mixed_bfloat16 otherwise (on a CPU with bf16 instructions, "
-                        "1.1-1.3x faster steps on TensorFlow, mostly slower on torch: docs/BENCHMARKS.md)")
+                        "1.1-1.6x faster steps on TensorFlow and torch, rarely on JAX: docs/BENCHMARKS.md)")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="XLA (TF/JAX) or torch.compile; auto = Keras's choice")
     p.add_argument("--distribute", action="store_true",

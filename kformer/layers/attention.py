@@ -11,15 +11,23 @@ from kformer.layers.linear import linear
 from kformer.layers.position import RotaryEmbedding
 
 
-def _fused_supports(dtype):
-    """False where `ops.dot_product_attention` cannot run `dtype`: float16 on a JAX CPU.
+def _fused_pays(q, training):
+    """False where `ops.dot_product_attention` cannot run `q`, or runs it far slower than the explicit path.
 
-    JAX's XLA attention multiplies float16 into float32 logits, a dot that
-    XLA's CPU backend does not implement ("F16_F16_F32 is not supported").
+    - float16 on a JAX CPU: JAX's XLA attention multiplies float16 into
+      float32 logits, a dot that XLA's CPU backend does not implement
+      ("F16_F16_F32 is not supported").
+    - bfloat16 training on a torch CPU: torch's CPU flash-attention backward
+      in bfloat16 took 16.5 ms a call against 1 ms for its forward, so
+      `vit_tiny`'s training step ran 5x slower than with the explicit path
+      (docs/BENCHMARKS.md, "bfloat16 on this CPU"). Inference stays fused.
     """
-    if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
-        return True
-    return not keras.distribution.list_devices()[0].lower().startswith("cpu")
+    backend, dtype = keras.backend.backend(), keras.backend.standardize_dtype(q.dtype)
+    if backend == "jax" and dtype == "float16":
+        return not keras.distribution.list_devices()[0].lower().startswith("cpu")
+    if backend == "torch" and dtype == "bfloat16" and training:
+        return str(q.device).split(":")[0] != "cpu"
+    return True
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -33,7 +41,8 @@ class MultiHeadAttention(keras.layers.Layer):
     scores or attention dropout the fused `ops.dot_product_attention` runs
     (flash attention on GPUs); otherwise an explicit softmax path gives the
     same numbers (it also serves float16 on a JAX CPU, where the fused path
-    fails to compile).
+    fails to compile, and bfloat16 training on a torch CPU, where its
+    backward is slow).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -433,7 +442,7 @@ class MultiHeadAttention(keras.layers.Layer):
         scale = 1.0 / math.sqrt(self.key_dim)
         use_dropout = self.dropout > 0 and training
         if not return_scores and not use_dropout:
-            if self.key_dim != self.value_dim or not _fused_supports(q.dtype):
+            if self.key_dim != self.value_dim or not _fused_pays(q, training):
                 return self._explicit(q, k, v, mask, scale, training)[0], None
             output = ops.dot_product_attention(
                 q, k, v, mask=None if mask is None else mask[:, None], scale=scale

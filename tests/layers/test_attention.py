@@ -200,3 +200,23 @@ def test_bad_arguments_raise_clear_errors(kwargs, call, match):
         layer = MultiHeadAttention(**kwargs)
         if call is not None:
             layer(**call)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="a torch CPU's bfloat16 attention backward")
+def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path(monkeypatch):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_bfloat16")
+    explicit_calls = []
+    explicit = MultiHeadAttention._explicit
+
+    def spy(self, *args):
+        explicit_calls.append(args[-1])  # `training`
+        return explicit(self, *args)
+
+    monkeypatch.setattr(MultiHeadAttention, "_explicit", spy)
+    inference = layer(QUERY, QUERY, value_mask=PADDING, training=False)
+    assert explicit_calls == []  # inference: the fused kernel, whose forward is fast
+    training = layer(QUERY, QUERY, value_mask=PADDING, training=True)
+    assert explicit_calls == [True]
+    assert {keras.backend.standardize_dtype(t.dtype) for t in (training, inference)} == {"bfloat16"}
+    np.testing.assert_allclose(to_numpy(ops.cast(training, "float32")), to_numpy(ops.cast(inference, "float32")),
+                               atol=3e-2)
