@@ -1,6 +1,6 @@
 """Write the bundled CIFAR-10 and MNIST samples from the full files (fixed seed, byte-reproducible).
 
-    python data/make_image_samples.py --source /work/shared/data --output data
+    python data/make_image_samples.py --source DATA --output data
 
 CIFAR-10: 200 train / 100 test JPEGs per class, copied byte for byte with their
 original member names into `cifar10/cifar10_{train,test}_jpg.tar.gz`.
@@ -84,7 +84,7 @@ def write_gzip(path, data):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default="/work/shared/data", type=pathlib.Path)
+    parser.add_argument("--source", required=True, type=pathlib.Path, help="directory holding cifar10/ and mnist/")
     parser.add_argument("--output", default=pathlib.Path(__file__).parent, type=pathlib.Path)
     args = parser.parse_args(argv)
     sample_cifar(args.source, args.output, np.random.default_rng(SEED))

@@ -1,6 +1,6 @@
 """Draw the bundled spa-eng sample from the full file's fixed splits.
 
-    python data/make_spa_eng_sample.py --source /work/shared/data --output data
+    python data/make_spa_eng_sample.py --source DATA --output data
 
 Writes `<output>/spa-eng/{train,validation,test}.tsv.gz` (4,000 / 500 / 500
 `English<TAB>Spanish` lines, drawn with `numpy.random.default_rng(1)` from the
@@ -23,7 +23,7 @@ SAMPLE_SIZES = {"train": 4000, "validation": 500, "test": 500}
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", default="/work/shared/data", help="directory holding spa-eng/spa.txt.gz")
+    parser.add_argument("--source", required=True, help="directory holding spa-eng/spa.txt.gz")
     parser.add_argument("--output", default=str(translation.BUNDLED_DATA_DIR))
     args = parser.parse_args(argv)
     source, output = pathlib.Path(args.source) / "spa-eng", pathlib.Path(args.output) / "spa-eng"
