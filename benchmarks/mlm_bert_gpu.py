@@ -91,7 +91,7 @@ def train(argv):
                             pretrain_seconds=args.pretrain_seconds, seed=args.seed, verbose=args.verbose,
                             log_dir=args.out)
     flags = {**vars(args), "arrays": str(args.arrays), "out": str(args.out), "requested_epochs": args.epochs}
-    del flags["epochs"], flags["finetune_epochs"]  # the result's: the epochs run, and how they were split
+    # the result's "epochs" (those run) and "finetune_epochs" (how they were split) replace the flags'
     save(args.out, {"backend": keras.backend.backend(), "device": device_name(), **flags, **result})
 
 

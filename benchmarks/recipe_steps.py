@@ -185,8 +185,8 @@ def worker(args):
         seconds = step_seconds(model, data, args.warmup, args.steps)
         result["rows"][recipe] = {"seconds": seconds, "preset": recipe_defaults.preset,
                                   "shape": _shape(data[0])}
-        print(f"  {result['backend']:10s} jit={args.jit:5s} malloc={args.malloc_mode:7s} {args.policy:14s} {recipe:12s} "
-              f"{1000 * seconds:8.1f} ms",
+        print(f"  {result['backend']:10s} jit={args.jit:5s} malloc={args.malloc_mode:7s} {args.policy:14s} "
+              f"{recipe:12s} {1000 * seconds:8.1f} ms",
               file=sys.stderr, flush=True)
         keras.backend.clear_session()
     print("RESULT " + json.dumps(result), flush=True)

@@ -113,13 +113,12 @@ class TimeBudget(keras.callbacks.Callback):
 
     def __init__(self, seconds):
         super().__init__()
-        self.seconds, self.epochs = seconds, 0
+        self.seconds = seconds
 
     def on_train_begin(self, logs=None):
         self.start = time.time()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epochs = epoch + 1
         if self.seconds is not None and time.time() - self.start >= self.seconds:
             self.model.stop_training = True
 
@@ -142,21 +141,21 @@ def train(arrays, *, epochs=5, finetune_epochs=2, pretrain_seconds=None, seed=13
     train_x, train_y, train_w = mask(ids[:cut], mask_id, rng)
     held_x, held_y, held_w = mask(ids[cut:], mask_id, rng)
 
-    def logs(name):
-        return [keras.callbacks.CSVLogger(str(pathlib.Path(log_dir) / name))] if log_dir else []
+    def logs(name, append=False):
+        return [keras.callbacks.CSVLogger(str(pathlib.Path(log_dir) / name), append=append)] if log_dir else []
 
     encoder = backbone(vocabulary_size)
     inputs = keras.Input((SEQUENCE_LENGTH,), dtype="int32")
     mlm = keras.Model(inputs, layers.Dense(vocabulary_size, activation="softmax")(encoder(inputs)))
     mlm.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy",
                 weighted_metrics=["sparse_categorical_accuracy"])
-    budget = TimeBudget(pretrain_seconds)
     fit_start = time.time()
-    mlm.fit(train_x, train_y, sample_weight=train_w, batch_size=32, epochs=epochs, verbose=verbose,
-            validation_data=(held_x, held_y, held_w), validation_batch_size=64,
-            callbacks=[budget, *logs("pretrain_log.csv")])
+    history = mlm.fit(train_x, train_y, sample_weight=train_w, batch_size=32, epochs=epochs, verbose=verbose,
+                      validation_data=(held_x, held_y, held_w), validation_batch_size=64,
+                      callbacks=[TimeBudget(pretrain_seconds), *logs("pretrain_log.csv")])
     pretrain_seconds = time.time() - fit_start
-    _, masked_accuracy = mlm.evaluate(held_x, held_y, sample_weight=held_w, batch_size=64, verbose=0)
+    epochs_run = len(history.epoch)
+    masked_accuracy = history.history["val_sparse_categorical_accuracy"][-1]  # the final weights, held out
 
     x = {split: arrays[f"{split}_ids"].astype("int32") for split in ("train", "validation", "test")}
     y = {split: arrays[f"{split}_labels"].astype("float32") for split in ("train", "validation", "test")}
@@ -164,21 +163,20 @@ def train(arrays, *, epochs=5, finetune_epochs=2, pretrain_seconds=None, seed=13
     tune_start = time.time()
     encoder.trainable = False
     model = classifier(encoder)
-    log = logs("finetune_log.csv")
     if frozen:
         model.fit(x["train"], y["train"], batch_size=32, epochs=frozen,
-                  validation_data=(x["validation"], y["validation"]), verbose=verbose, callbacks=log)
+                  validation_data=(x["validation"], y["validation"]), verbose=verbose,
+                  callbacks=logs("finetune_log.csv"))
     encoder.trainable = True
     model.compile(keras.optimizers.Adam(), "binary_crossentropy", metrics=["accuracy"])
-    if log:
-        log[0].append = True  # one file: the unfrozen epochs after the frozen ones
     model.fit(x["train"], y["train"], batch_size=32, epochs=finetune_epochs, initial_epoch=frozen,
-              validation_data=(x["validation"], y["validation"]), verbose=verbose, callbacks=log)
+              validation_data=(x["validation"], y["validation"]), verbose=verbose,
+              callbacks=logs("finetune_log.csv", append=frozen > 0))  # one file: unfrozen epochs after frozen
     finetune_seconds = time.time() - tune_start
     _, accuracy = model.evaluate(x["test"], y["test"], batch_size=256, verbose=0)
     return {"test_accuracy": round(float(accuracy), 4), "masked_token_accuracy": round(float(masked_accuracy), 4),
-            "epochs": budget.epochs, "finetune_epochs": f"{frozen} frozen + {finetune_epochs - frozen}",
-            "pretraining_texts": cut, "pretraining_steps": budget.epochs * -(-cut // 32),
+            "epochs": epochs_run, "finetune_epochs": f"{frozen} frozen + {finetune_epochs - frozen}",
+            "pretraining_texts": cut, "pretraining_steps": epochs_run * -(-cut // 32),
             "pretrain_seconds": round(pretrain_seconds, 1), "finetune_seconds": round(finetune_seconds, 1),
             "fit_seconds": round(pretrain_seconds + finetune_seconds, 1), "parameters": mlm.count_params()}
 

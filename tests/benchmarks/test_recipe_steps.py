@@ -87,7 +87,8 @@ def test_each_recipe_is_built_under_the_workers_dtype_policy(monkeypatch, capsys
 
 def test_report_has_a_row_per_malloc_setting():
     flops = {"gpt": {"train_flops": 36e9, "params": 1.44e6}}
-    results = [{"backend": "jax", "jit_compile": "auto", "malloc": malloc, "policy": "float32", "peak_gflops": 400.0,
+    results = [{"backend": "jax", "jit_compile": "auto", "malloc": malloc, "policy": "float32",
+                "peak_gflops": 400.0,
                 "rows": {"gpt": {"seconds": seconds, "preset": "gpt_tiny", "shape": "32x128"}}}
                for malloc, seconds in (("default", 0.45), ("keep", 0.3))]
     table = recipe_steps.report(flops, results).splitlines()
