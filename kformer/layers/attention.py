@@ -1,5 +1,6 @@
 """Multi-head attention with padding/causal/explicit masks and a key/value cache."""
 
+import functools
 import math
 
 import keras
@@ -11,23 +12,33 @@ from kformer.layers.linear import linear
 from kformer.layers.position import RotaryEmbedding
 
 
-def _fused_pays(q, training):
-    """False where `ops.dot_product_attention` cannot run `q`, or runs it far slower than the explicit path.
+def _attention_path(q, training):
+    """Which of three equal computations attends `q`: "fused", "per_head" or "explicit".
 
-    - float16 on a JAX CPU: JAX's XLA attention multiplies float16 into
-      float32 logits, a dot that XLA's CPU backend does not implement
+    - "fused" (`ops.dot_product_attention`; flash attention on GPUs) unless:
+    - JAX on a CPU: "per_head", one batched attention a head. XLA:CPU ran
+      the fused attention (all heads in one dot) 1.4-2.3x slower, forward
+      and backward; the medium encoder's step gained 1.08x
+      (docs/BENCHMARKS.md, "Attention one head at a time on JAX"). It also
+      serves float16, whose fused XLA attention fails to compile on a CPU
       ("F16_F16_F32 is not supported").
-    - bfloat16 training on a torch CPU: torch's CPU flash-attention backward
-      in bfloat16 took 16.5 ms a call against 1 ms for its forward, so
-      `vit_tiny`'s training step ran 5x slower than with the explicit path
-      (docs/BENCHMARKS.md, "bfloat16 on this CPU"). Inference stays fused.
+    - bfloat16 training on a torch CPU: "explicit". torch's CPU
+      flash-attention backward in bfloat16 took 16.5 ms a call against 1 ms
+      for its forward, so `vit_tiny`'s training step ran 5x slower than with
+      the explicit path (docs/BENCHMARKS.md, "bfloat16 on this CPU").
+      Inference stays fused.
     """
-    backend, dtype = keras.backend.backend(), keras.backend.standardize_dtype(q.dtype)
-    if backend == "jax" and dtype == "float16":
-        return not keras.distribution.list_devices()[0].lower().startswith("cpu")
-    if backend == "torch" and dtype == "bfloat16" and training:
-        return str(q.device).split(":")[0] != "cpu"
-    return True
+    backend = keras.backend.backend()
+    if backend == "jax" and _first_device_is_cpu():
+        return "per_head"
+    if backend == "torch" and training and keras.backend.standardize_dtype(q.dtype) == "bfloat16":
+        return "explicit" if str(q.device).split(":")[0] == "cpu" else "fused"
+    return "fused"
+
+
+@functools.cache
+def _first_device_is_cpu():
+    return keras.distribution.list_devices()[0].lower().startswith("cpu")
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -40,9 +51,9 @@ class MultiHeadAttention(keras.layers.Layer):
     between the two with `set_weights(get_weights())`. Without attention
     scores or attention dropout the fused `ops.dot_product_attention` runs
     (flash attention on GPUs); otherwise an explicit softmax path gives the
-    same numbers (it also serves float16 on a JAX CPU, where the fused path
-    fails to compile, and bfloat16 training on a torch CPU, where its
-    backward is slow).
+    same numbers. On a JAX CPU the heads are attended one at a time, which
+    XLA:CPU runs faster; bfloat16 training on a torch CPU takes the explicit
+    path, whose backward is faster there (`_attention_path`).
 
     Args:
         num_heads: int. Number of attention heads.
@@ -440,15 +451,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attend(self, q, k, v, mask, return_scores, training):
         scale = 1.0 / math.sqrt(self.key_dim)
-        use_dropout = self.dropout > 0 and training
-        if not return_scores and not use_dropout:
-            if self.key_dim != self.value_dim or not _fused_pays(q, training):
-                return self._explicit(q, k, v, mask, scale, training)[0], None
-            output = ops.dot_product_attention(
-                q, k, v, mask=None if mask is None else mask[:, None], scale=scale
-            )
-            return output, None
-        return self._explicit(q, k, v, mask, scale, training)
+        if return_scores:
+            return self._explicit(q, k, v, mask, scale, training)
+        path = _attention_path(q, training)
+        if path == "per_head":
+            return self._per_head(q, k, v, mask, scale, training), None
+        if path == "explicit" or (self.dropout > 0 and training) or self.key_dim != self.value_dim:
+            return self._explicit(q, k, v, mask, scale, training)[0], None
+        output = ops.dot_product_attention(q, k, v, mask=None if mask is None else mask[:, None], scale=scale)
+        return output, None
 
     def _explicit(self, q, k, v, mask, scale, training):
         q = ops.multiply(q, ops.cast(scale, q.dtype))
@@ -460,6 +471,19 @@ class MultiHeadAttention(keras.layers.Layer):
         dropped = self.dropout_layer(probs, training=training)
         output = ops.einsum("acbe,aecd->abcd", dropped, v)  # (batch, q_len, heads, value_dim)
         return output, probs
+
+    def _per_head(self, q, k, v, mask, scale, training):
+        """`_explicit`'s output, one head at a time: `(batch, q_len, heads, value_dim)`."""
+        q = ops.multiply(q, ops.cast(scale, q.dtype))
+        outputs = []
+        for head in range(self.num_heads):
+            scores = ops.cast(ops.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, head]), "float32")
+            if mask is not None:
+                scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+            probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
+            probs = self.dropout_layer(probs, training=training)
+            outputs.append(ops.einsum("bqk,bkd->bqd", probs, v[:, :, head]))
+        return ops.stack(outputs, axis=2)
 
     def compute_output_spec(self, query, value=None, key=None, cache=None,
                             return_attention_scores=False, **kwargs):

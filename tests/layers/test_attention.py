@@ -220,3 +220,34 @@ def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path(monkeypatch):
     assert {keras.backend.standardize_dtype(t.dtype) for t in (training, inference)} == {"bfloat16"}
     np.testing.assert_allclose(to_numpy(ops.cast(training, "float32")), to_numpy(ops.cast(inference, "float32")),
                                atol=3e-2)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX on a CPU attends one head at a time")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_jax_cpu_attends_one_head_at_a_time_with_the_fused_numbers(monkeypatch, dtype):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
+    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
+    calls, per_head = [], MultiHeadAttention._per_head
+    monkeypatch.setattr(MultiHeadAttention, "_per_head", lambda self, *a: calls.append(1) or per_head(self, *a))
+    got = layer(QUERY, QUERY, **kwargs)
+    assert calls == [1] and keras.backend.standardize_dtype(got.dtype) == dtype
+    references = [layer(QUERY, QUERY, return_attention_scores=True, **kwargs)[0]]  # the explicit path
+    if dtype == "float32":  # fused float16 attention does not compile on a CPU
+        monkeypatch.setattr("kformer.layers.attention._attention_path", lambda q, training: "fused")
+        references.append(layer(QUERY, QUERY, **kwargs))
+    assert calls == [1]
+    for reference in references:
+        np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
+                                   atol=1e-5 if dtype == "float32" else 3e-3)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX on a CPU attends one head at a time")
+def test_jax_cpu_per_head_attention_drops_probabilities_in_training_only():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
+    inference = to_numpy(layer(QUERY, QUERY, training=False))
+    _, scores = layer(QUERY, QUERY, return_attention_scores=True, training=False)
+    np.testing.assert_allclose(inference, to_numpy(layer(QUERY, QUERY)), atol=1e-6)
+    trained = [to_numpy(layer(QUERY, QUERY, training=True)) for _ in range(2)]
+    assert not np.allclose(trained[0], inference, atol=1e-3)
+    assert not np.allclose(trained[0], trained[1], atol=1e-3)  # a new draw each call
+    np.testing.assert_allclose(to_numpy(ops.sum(scores, axis=-1)), 1.0, atol=1e-5)
