@@ -251,3 +251,17 @@ def test_jax_cpu_per_head_attention_drops_probabilities_in_training_only():
     assert not np.allclose(trained[0], inference, atol=1e-3)
     assert not np.allclose(trained[0], trained[1], atol=1e-3)  # a new draw each call
     np.testing.assert_allclose(to_numpy(ops.sum(scores, axis=-1)), 1.0, atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU's training path")
+def test_tensorflow_cpu_trains_through_the_heads_first_explicit_path(monkeypatch):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    explicit_calls, explicit = [], MultiHeadAttention._explicit
+    monkeypatch.setattr(MultiHeadAttention, "_explicit",
+                        lambda self, *args: explicit_calls.append(args[-1]) or explicit(self, *args))
+    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
+    inference = layer(QUERY, QUERY, training=False, **kwargs)
+    assert explicit_calls == []  # inference (and exports): the fused kernel
+    training = layer(QUERY, QUERY, training=True, **kwargs)
+    assert explicit_calls == [True]
+    np.testing.assert_allclose(to_numpy(training), to_numpy(inference), atol=1e-5)
