@@ -17,7 +17,7 @@ def _attention_path(q, training):
 
     - "fused" (`ops.dot_product_attention`; flash attention on GPUs) unless:
     - JAX on a CPU: "per_head", one batched attention a head. XLA:CPU ran
-      the fused attention (all heads in one dot) 1.4-2.3x slower, forward
+      the fused attention (all heads in one dot) 1.4-1.8x slower, forward
       and backward; the medium encoder's step gained 1.08x
       (docs/BENCHMARKS.md, "Attention on a CPU, by backend"). It also
       serves float16, whose fused XLA attention fails to compile on a CPU
