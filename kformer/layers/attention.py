@@ -377,7 +377,7 @@ class MultiHeadAttention(keras.layers.Layer):
             `((batch, q_len, output_dim), cache)`, the cache updated when
             `cache_update_index` is given.
         """
-        mask = None
+        mask, index = None, None
         joined = cache_update_index is not None and weights is not None and "query_key_value" in weights
         if joined:  # self-attention: one matmul for the three projections
             q, new_k, new_v = self._project_query_key_value(query, weights["query_key_value"])
@@ -392,13 +392,21 @@ class MultiHeadAttention(keras.layers.Layer):
                 q = self.rotary.call(q, start_index=cache_update_index)
                 new_k = self.rotary.call(new_k, start_index=cache_update_index)
             cache = _write(cache, cache_update_index, new_k, new_v)[2]
-            mask = masks.causal_mask(ops.shape(q)[1], ops.shape(cache)[2], cache_update_index)
         elif self.rotary is not None:
             q = self.rotary.call(q)
+        k, v, q_len = cache[:, 0], cache[:, 1], ops.shape(q)[1]
+        if index is not None and isinstance(q_len, int):  # known now (eager): attend the written keys only
+            end = index + q_len
+            k, v = k[:, :end], v[:, :end]
+            key_mask = None if key_mask is None else key_mask[:, :end]
+            if q_len > 1:
+                mask = masks.causal_mask(q_len, end, index)
+        elif cache_update_index is not None:
+            mask = masks.causal_mask(ops.shape(q)[1], ops.shape(cache)[2], cache_update_index)
         if key_mask is not None:
             keys = ops.cast(key_mask, "bool")[:, None, :]
             mask = masks.allow_empty_rows(keys if mask is None else ops.logical_and(mask, keys))
-        output, _ = self._attend(q, cache[:, 0], cache[:, 1], mask, False, False)
+        output, _ = self._attend(q, k, v, mask, False, False)
         return self._project("output", output, weights), cache
 
     def _project_query_key_value(self, x, weights):
@@ -527,11 +535,14 @@ class MultiHeadAttention(keras.layers.Layer):
 
 
 def _write(cache, index, new_k, new_v):
-    """New keys and values `(batch, n, heads, dim)` written into `cache` at `index`: `(k, v, cache)`."""
-    start = [0, index, 0, 0]
-    k = ops.slice_update(cache[:, 0], start, ops.cast(new_k, cache.dtype))
-    v = ops.slice_update(cache[:, 1], start, ops.cast(new_v, cache.dtype))
-    return k, v, ops.stack([k, v], axis=1)
+    """New keys and values `(batch, n, heads, dim)` written into `cache` at `index`: `(k, v, cache)`.
+
+    One update of the whole cache: eager torch copies the tensor it updates, and
+    writing keys and values apart, then stacking them, copied the cache three times.
+    """
+    new = ops.cast(ops.stack([new_k, new_v], axis=1), cache.dtype)  # (batch, 2, n, heads, dim)
+    cache = ops.slice_update(cache, [0, 0, index, 0, 0], new)
+    return cache[:, 0], cache[:, 1], cache
 
 
 def _check_shapes_agree(query, key, attention_mask, cache):

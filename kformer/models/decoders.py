@@ -34,7 +34,10 @@ class _Decoder:
         self.position_limit = embedding.sequence_length if embedding.position == "learned" else None
 
     def empty_caches(self, batch, length, dtype):
-        return ops.zeros((len(self.blocks), batch, 2, length, self.num_heads, self.head_dim), dtype=dtype)
+        """One `(batch, 2, length, heads, head_dim)` cache a block, as a tuple: a step updates each
+        in place of stacking them anew (a copy of every cache a step in eager torch)."""
+        return tuple(ops.zeros((batch, 2, length, self.num_heads, self.head_dim), dtype=dtype)
+                     for _ in self.blocks)
 
     def position_table(self, length):
         """Sinusoids of positions `[0, length)`, made once per call (or None: learned positions are a
@@ -99,7 +102,7 @@ class _Decoder:
         for i in range(len(self.blocks)):
             h, cache = self.block_step(i, h, caches, index, extra)
             updated.append(cache)
-        return self.project(h[:, -1:], extra)[:, 0], ops.stack(updated)
+        return self.project(h[:, -1:], extra)[:, 0], tuple(updated)
 
 
 class TranslatorDecoder(_Decoder):
@@ -124,7 +127,7 @@ class TranslatorDecoder(_Decoder):
 
     def prefill(self, source, c):
         encoder_outputs, mask = self.encode(source)
-        cross = ops.stack([b.compute_cross_attention_cache(encoder_outputs) for b in self.blocks])
+        cross = tuple(b.compute_cross_attention_cache(encoder_outputs) for b in self.blocks)
         batch, length = ops.shape(source)[0], c["max_length"] + 1
         tokens = ops.concatenate([ops.full((batch, 1), c["start_token_id"], "int32"),
                                   ops.zeros((batch, length - 1), "int32")], axis=1)
@@ -132,7 +135,7 @@ class TranslatorDecoder(_Decoder):
         extra = {"cross": cross, "mask": mask, "encoder_outputs": encoder_outputs,
                  "positions": self.position_table(length), "weights": self.decoding_weights(),
                  "output_kernel": self.output_kernel()}
-        caches = self.empty_caches(batch, length if c["use_cache"] else 1, cross.dtype)
+        caches = self.empty_caches(batch, length if c["use_cache"] else 1, cross[0].dtype)
         if not c["use_cache"]:
             return tokens, prompt, 1, caches, extra, self.recompute(tokens, 0, extra)
         logits, caches = self.step(tokens[:, :1], 0, caches, extra)
@@ -144,7 +147,7 @@ class TranslatorDecoder(_Decoder):
         for i in range(len(self.blocks)):
             h, cache = self.block_step(i, h, caches, index, extra, cross=extra["cross"][i], mask=extra["mask"])
             updated.append(cache)
-        return self.project(h, extra)[:, 0], ops.stack(updated)
+        return self.project(h, extra)[:, 0], tuple(updated)
 
     def recompute(self, tokens, index, extra):
         h = self.embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
@@ -153,7 +156,7 @@ class TranslatorDecoder(_Decoder):
         return self.project(ops.take(h, index, axis=1)[:, None])[:, 0]
 
     def repeat(self, extra, beams):
-        return {**extra, "cross": ops.repeat(extra["cross"], beams, axis=1),
+        return {**extra, "cross": tuple(ops.repeat(cross, beams, axis=0) for cross in extra["cross"]),
                 "mask": ops.repeat(extra["mask"], beams, axis=0),
                 "encoder_outputs": ops.repeat(extra["encoder_outputs"], beams, axis=0)}
 
@@ -192,7 +195,7 @@ class CausalDecoder(_Decoder):
         logits = self.project(ops.take(h, start - 1, axis=1)[:, None])[:, 0]
         extra = {"positions": self.position_table(length), "weights": self.decoding_weights(),
                  "output_kernel": self.output_kernel()}
-        return tokens, prompt_mask, start, ops.stack(updated), extra, logits
+        return tokens, prompt_mask, start, tuple(updated), extra, logits
 
     def step(self, token, index, caches, extra):
         return self._run(token, index, caches, extra)

@@ -135,7 +135,7 @@ def _beam_loop(decoder, inputs, c):
     limits = _row_limits(inputs, c)
     limits = None if limits is None else ops.repeat(limits, beams, axis=0)  # a row's beams share its limit
     tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
-    caches, extra = ops.repeat(caches, beams, axis=1), decoder.repeat(extra, beams)
+    caches, extra = tuple(ops.repeat(cache, beams, axis=0) for cache in caches), decoder.repeat(extra, beams)
     # Only beam 0 is alive at first, so the first free step does not pick duplicates.
     scores = ops.concatenate([ops.zeros((batch, 1)), ops.full((batch, beams - 1), NEG_INF)], axis=1)
     pad_only = ops.where(ops.arange(vocab)[None, :] == 0, 0.0, NEG_INF)  # finished beams
@@ -156,7 +156,7 @@ def _beam_loop(decoder, inputs, c):
         origin = ops.reshape(ops.arange(batch)[:, None] * beams + best // vocab, (flat,))
         word = ops.cast(ops.reshape(best % vocab, (flat,)), "int32")
         tokens, done, lengths = (ops.take(x, origin, axis=0) for x in (tokens, done, lengths))
-        caches = ops.take(caches, origin, axis=1)
+        caches = tuple(ops.take(cache, origin, axis=0) for cache in caches)
         tokens = ops.slice_update(tokens, [0, t], word[:, None])
         lengths = ops.where(ops.logical_or(done, forced), lengths, lengths + 1)
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))

@@ -152,6 +152,23 @@ def test_cached_call_with_flat_weights_equals_each_projection(kwargs):
     np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
 
 
+def test_cached_call_with_a_known_index_attends_the_written_keys():
+    """With an int index (eager decoding) `cached_call` cuts the cache to the keys written so far:
+    a 4-token prefill (causal among its tokens) and two single steps, with a key padding mask,
+    give full causal attention's numbers."""
+    layer = MultiHeadAttention(2, 4)
+    keys = np.array([[True] * 6, [True, False, True, True, True, True]])
+    full = to_numpy(layer(QUERY, QUERY, value_mask=keys, use_causal_mask=True))
+    cache = ops.zeros((2, 2, 6, 2, 4))
+    out, cache = layer.cached_call(QUERY[:, :4], cache, 0, key_mask=keys)
+    outs = [to_numpy(out)]
+    for i in (4, 5):
+        out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, key_mask=keys)
+        outs.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(cache)[:, 0, 5], to_numpy(layer.key_dense(QUERY))[:, 5], atol=1e-5)
+
+
 def test_joined_projections_need_one_input_width():
     layer = MultiHeadAttention(2, 4)
     layer(QUERY, np.zeros((2, 4, 5), "float32"))  # keys and values 5 wide, queries 8
