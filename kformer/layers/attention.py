@@ -479,11 +479,8 @@ class MultiHeadAttention(keras.layers.Layer):
         probabilities (batch, heads, q_len, k_len))`."""
         q, k, v = (ops.transpose(x, (0, 2, 1, 3)) for x in (q, k, v))  # (batch, heads, len, dim)
         q = ops.multiply(q, ops.cast(scale, q.dtype))
-        scores = ops.cast(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), "float32")
-        if mask is not None:
-            scores = ops.where(mask[:, None], scores, ops.cast(-1e9, "float32"))
-        probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
-        dropped = self.dropout_layer(probs, training=training)
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        probs, dropped = self._probabilities(scores, None if mask is None else mask[:, None], v.dtype, training)
         return ops.transpose(ops.matmul(dropped, v), (0, 2, 1, 3)), probs
 
     def _per_head(self, q, k, v, mask, scale, training):
@@ -491,13 +488,19 @@ class MultiHeadAttention(keras.layers.Layer):
         q = ops.multiply(q, ops.cast(scale, q.dtype))
         outputs = []
         for head in range(self.num_heads):
-            scores = ops.cast(ops.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, head]), "float32")
-            if mask is not None:
-                scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
-            probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
-            probs = self.dropout_layer(probs, training=training)
-            outputs.append(ops.einsum("bqk,bkd->bqd", probs, v[:, :, head]))
+            scores = ops.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, head])
+            _, dropped = self._probabilities(scores, mask, v.dtype, training)
+            outputs.append(ops.einsum("bqk,bkd->bqd", dropped, v[:, :, head]))
         return ops.stack(outputs, axis=2)
+
+    def _probabilities(self, scores, mask, dtype, training):
+        """Scores `(..., q_len, k_len)` -> `(probabilities, the same after attention dropout)`, in
+        `dtype`: a float32 softmax, keys outside `mask` (broadcast to the scores) at -1e9."""
+        scores = ops.cast(scores, "float32")
+        if mask is not None:
+            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), dtype)
+        return probs, self.dropout_layer(probs, training=training)
 
     def compute_output_spec(self, query, value=None, key=None, cache=None,
                             return_attention_scores=False, **kwargs):
