@@ -395,14 +395,13 @@ class MultiHeadAttention(keras.layers.Layer):
         elif self.rotary is not None:
             q = self.rotary.call(q)
         k, v, q_len = cache[:, 0], cache[:, 1], ops.shape(q)[1]
-        if index is not None and isinstance(q_len, int):  # known now (eager): attend the written keys only
-            end = index + q_len
-            k, v = k[:, :end], v[:, :end]
-            key_mask = None if key_mask is None else key_mask[:, :end]
-            if q_len > 1:
-                mask = masks.causal_mask(q_len, end, index)
-        elif cache_update_index is not None:
-            mask = masks.causal_mask(ops.shape(q)[1], ops.shape(cache)[2], cache_update_index)
+        if cache_update_index is not None:
+            cut = index is not None and isinstance(q_len, int)  # known now (eager): attend the written keys only
+            if cut:
+                k, v = k[:, : index + q_len], v[:, : index + q_len]
+                key_mask = None if key_mask is None else key_mask[:, : index + q_len]
+            if not (cut and q_len == 1):  # one new token sees every written key: no mask
+                mask = masks.causal_mask(q_len, ops.shape(k)[1], cache_update_index)
         if key_mask is not None:
             keys = ops.cast(key_mask, "bool")[:, None, :]
             mask = masks.allow_empty_rows(keys if mask is None else ops.logical_and(mask, keys))
