@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from kformer.layers.checks import check_positive_ints, known_index
+from kformer.layers.linear import over_rows
 from kformer.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
@@ -113,7 +114,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                     f"With reverse=True, `inputs` must be (batch, seq, {self.hidden_dim}). "
                     f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
-            return ops.matmul(inputs, self.reverse_table())  # (batch, seq, vocab)
+            table = self.reverse_table()
+            return over_rows(lambda rows: ops.matmul(rows, table), inputs)  # (batch, seq, vocab)
         if len(inputs.shape) != 2:
             raise ValueError(
                 f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"

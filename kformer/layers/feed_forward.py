@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
-from kformer.layers.linear import linear
+from kformer.layers.linear import linear, over_rows
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -76,7 +76,10 @@ class FeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        hidden = self.inner(inputs)
+        return over_rows(lambda rows: self._rows(rows, training), inputs)
+
+    def _rows(self, rows, training):
+        hidden = self.inner(rows)
         if self.dropout:  # skip a no-op layer call: it costs time in eager torch
             hidden = self.dropout_layer(hidden, training=training)
         return self.outer(hidden)

@@ -7,6 +7,7 @@ from keras import ops
 
 from kformer.layers import masks
 from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+from kformer.layers.linear import over_rows
 from kformer.layers.position import sinusoid
 
 
@@ -105,11 +106,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
-        heads, bias = (None, num_heads, key_dim), "de" if use_bias else None
-        self.query_dense = self._projection("abc,cde->abde", heads, bias, "query")
-        self.key_dense = self._projection("abc,cde->abde", heads, bias, "key")
-        self.value_dense = self._projection("abc,cde->abde", heads, bias, "value")
-        self.position_dense = self._projection("ac,cde->ade", heads[1:], None, "position")
+        heads, bias = (num_heads, key_dim), "de" if use_bias else None
+        # Projections over (batch * seq, dim) rows (`over_rows`).
+        self.query_dense = self._projection("ac,cde->ade", heads, bias, "query")
+        self.key_dense = self._projection("ac,cde->ade", heads, bias, "key")
+        self.value_dense = self._projection("ac,cde->ade", heads, bias, "value")
+        self.position_dense = self._projection("ac,cde->ade", heads, None, "position")
         for dense in (self.query_dense, self.key_dense, self.value_dense):
             dense.supports_masking = True  # masks are handled here; no "mask destroyed" warning
         self.dropout_layer = keras.layers.Dropout(
@@ -131,7 +133,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         check_rank("inputs", inputs_shape, (3,))
         dim = inputs_shape[-1]
         for dense in (self.query_dense, self.key_dense, self.value_dense):
-            dense.build(inputs_shape)
+            dense.build((None, dim))
         self.position_dense.build((None, dim))
         self.content_bias, self.position_bias = (
             self.add_weight(
@@ -142,18 +144,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             for name in ("content_bias", "position_bias")
         )
         self.output_dense = self._projection(
-            "abcd,cde->abe", (None, dim), "e" if self.use_bias else None, "attention_output"
+            "acd,cde->ae", (dim,), "e" if self.use_bias else None, "attention_output"
         )
-        self.output_dense.build((None, None, self.num_heads, self.key_dim))
+        self.output_dense.build((None, self.num_heads, self.key_dim))
         self.built = True
 
     def call(self, inputs, padding_mask=None, mask=None, return_attention_scores=False,
              training=None):
         check_rank("inputs", inputs.shape, (3,))
         padding_mask = mask if padding_mask is None else padding_mask
-        q = self.query_dense(inputs)  # (batch, seq, heads, key_dim)
-        k = self.key_dense(inputs)
-        v = self.value_dense(inputs)
+        q = over_rows(self.query_dense, inputs)  # (batch, seq, heads, key_dim)
+        k = over_rows(self.key_dense, inputs)
+        v = over_rows(self.value_dense, inputs)
         logits = self._logits(q, k, inputs.shape[-1])  # (batch, heads, seq, seq) float32
         if padding_mask is not None:
             allowed = masks.allow_empty_rows(masks.merge_masks(key_mask=padding_mask))
@@ -161,7 +163,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         probs = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
         dropped = self.dropout_layer(probs, training=training) if self.dropout else probs
         output = ops.einsum("acbe,aecd->abcd", dropped, v)  # (batch, seq, heads, key_dim)
-        output = self.output_dense(output)  # (batch, seq, dim)
+        output = over_rows(self.output_dense, output, feature_axes=2)  # (batch, seq, dim)
         return (output, probs) if return_attention_scores else output
 
     def _logits(self, q, k, dim):

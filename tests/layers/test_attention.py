@@ -166,7 +166,7 @@ def test_cached_call_with_a_known_index_attends_the_written_keys():
         out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, key_mask=keys)
         outs.append(to_numpy(out))
     np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
-    np.testing.assert_allclose(to_numpy(cache)[:, 0, 5], to_numpy(layer.key_dense(QUERY))[:, 5], atol=1e-5)
+    np.testing.assert_allclose(to_numpy(cache)[:, 0, 5], to_numpy(layer.compute_cache(QUERY))[:, 0, 5], atol=1e-5)
 
 
 def test_joined_projections_need_one_input_width():
