@@ -493,7 +493,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
         The softmax is normalized after the values are summed, on `(q_len,
         value_dim)` instead of `(q_len, k_len)`: the same numbers, and XLA:CPU
-        ran the heads' forward and backward 1.2x-1.4x faster (docs/BENCHMARKS.md,
+        ran the heads' forward and backward 1.37x faster (docs/BENCHMARKS.md,
         "Projections over one batch axis"). The row maximum, a shift that
         cancels, is held out of the gradient; the row sum is at least 1 (the
         maximum's own term) unless there are no keys, whose output stays 0.
