@@ -16,7 +16,9 @@ Residual dropout is 0.1 everywhere; keras-hub's `TransformerEncoder(dropout=0.1)
 also drops attention probabilities (its only setting), the other two do not.
 Per-head size is `dim // heads` in all three. Each worker first sets glibc's
 malloc as the recipes do (`--malloc keep`: `kformer.runtime.keep_freed_memory`,
-no page faults on each step's large buffers) or leaves it (`default`).
+no page faults on each step's large buffers) or leaves it (`default`), and on
+JAX draws random bits as the recipes do (`kformer.runtime.faster_jax_random`;
+`JAX_THREEFRY_PARTITIONABLE=1` in the environment keeps JAX's default).
 """
 
 import argparse
@@ -112,7 +114,7 @@ def matmul_peak(size=1024, repeats=10):
 
 
 def worker(args):
-    set_malloc(args.malloc_mode)
+    set_process(args.malloc_mode)
     import keras
     import numpy as np
 
@@ -186,12 +188,15 @@ def add_malloc_flags(parser):
     parser.add_argument("--malloc-mode", default="keep", choices=MALLOC, help=argparse.SUPPRESS)
 
 
-def set_malloc(mode):
-    """A worker's first call, as the recipes do before any model or op: `keep` -> `keep_freed_memory()`."""
-    if mode == "keep":
-        from kformer import runtime
+def set_process(mode):
+    """A worker's first calls, as the recipes make them before any model or op: `keep` ->
+    `keep_freed_memory()`; and `faster_jax_random()` (JAX's default layout stays where the
+    environment sets `JAX_THREEFRY_PARTITIONABLE`)."""
+    from kformer import runtime
 
+    if mode == "keep":
         runtime.keep_freed_memory()
+    runtime.faster_jax_random()
 
 
 def comma_choices(parser, flag, value, known):

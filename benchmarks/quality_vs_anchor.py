@@ -17,7 +17,8 @@ recipe runs as its own process (its command is printed; `--no-export`), the
 anchor in this one; wall time, `fit` time and epochs are printed for both.
 Both run with the same malloc setting (`--malloc`: the recipes' default,
 `kformer.runtime.keep_freed_memory`, set in this process too, or glibc's
-defaults on both sides). Writes `<output-dir>/quality_vs_anchor_<task>.json`.
+defaults on both sides), and on JAX with the recipes' random bits
+(`kformer.runtime.faster_jax_random`). Writes `<output-dir>/quality_vs_anchor_<task>.json`.
 """
 
 import argparse
@@ -141,10 +142,11 @@ def summary(result):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.malloc == "keep":  # the anchor trains in this process: the same allocator as the recipe's
-        from kformer import runtime
+    from kformer import runtime
 
+    if args.malloc == "keep":  # the anchor trains in this process: the same allocator as the recipe's
         runtime.keep_freed_memory()
+    runtime.faster_jax_random()  # and on JAX the same random bits
     out_dir = pathlib.Path(args.output_dir)
     run_dir = out_dir / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     report = {"task": args.task, "data_dir": args.data_dir, "epochs": args.epochs,

@@ -12,7 +12,9 @@ recipe's own parser), and trained with `fit` on one synthetic batch of the
 recipe's default shape, repeated (so the input pipeline costs nothing). The
 step time is the median of the measured steps after the warm-up steps. Each
 worker first sets glibc's malloc as the recipes do (`--malloc keep`:
-`kformer.runtime.keep_freed_memory`) or leaves it (`default`), and sets
+`kformer.runtime.keep_freed_memory`) or leaves it (`default`), draws JAX's
+random bits as the recipes do (`kformer.runtime.faster_jax_random`;
+`JAX_THREEFRY_PARTITIONABLE=1` keeps JAX's default), and sets
 the Keras dtype policy (`--dtype-policy`; the recipes' `--mixed-precision`
 is `mixed_bfloat16` on a CPU).
 
@@ -163,7 +165,7 @@ def step_seconds(model, data, warmup, steps):
 
 
 def worker(args):
-    encoder_throughput.set_malloc(args.malloc_mode)
+    encoder_throughput.set_process(args.malloc_mode)
     import keras
     import tensorflow as tf
 

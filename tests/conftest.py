@@ -76,5 +76,11 @@ def pytest_collection_modifyitems(config, items):
 def _seed_and_policy():
     keras.utils.set_random_seed(1337)
     keras.config.set_dtype_policy("float32")
+    if keras.backend.backend() == "jax":  # a recipe run in this process sets it (`runtime.faster_jax_random`)
+        import jax
+
+        partitionable = jax.config.jax_threefry_partitionable
     yield
     keras.config.set_dtype_policy("float32")
+    if keras.backend.backend() == "jax":
+        jax.config.update("jax_threefry_partitionable", partitionable)

@@ -75,7 +75,7 @@ def test_each_recipe_is_built_under_the_workers_dtype_policy(monkeypatch, capsys
     monkeypatch.setattr(recipe_steps, "step_seconds", lambda *args: 0.1)
     monkeypatch.setattr(recipe_steps, "_shape", lambda x: "1")
     monkeypatch.setattr(recipe_steps.encoder_throughput, "matmul_peak", lambda: 1.0)
-    monkeypatch.setattr(recipe_steps.encoder_throughput, "set_malloc", lambda mode: None)
+    monkeypatch.setattr(recipe_steps.encoder_throughput, "set_process", lambda mode: None)
     try:
         recipe_steps.worker(recipe_steps.parse_args(["--worker", "--recipes", "vit_mnist,vit_mnist",
                                                      "--policy", "mixed_bfloat16"]))
