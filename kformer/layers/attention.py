@@ -501,9 +501,7 @@ class MultiHeadAttention(keras.layers.Layer):
         q = ops.multiply(q, ops.cast(scale, q.dtype))
         outputs = []
         for head in range(self.num_heads):
-            scores = ops.cast(ops.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, head]), "float32")
-            if mask is not None:
-                scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+            scores = masks.mask_scores(ops.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, head]), mask)
             row_max = ops.max(scores, axis=-1, keepdims=True, initial=-float("inf"))  # no keys: -inf
             weights = ops.exp(scores - ops.stop_gradient(row_max))
             total = ops.maximum(ops.sum(weights, axis=-1, keepdims=True), 1.0)  # >= 1 unless no keys
@@ -515,10 +513,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _probabilities(self, scores, mask, dtype, training):
         """Scores `(..., q_len, k_len)` -> `(probabilities, the same after attention dropout)`, in
         `dtype`: a float32 softmax, keys outside `mask` (broadcast to the scores) at -1e9."""
-        scores = ops.cast(scores, "float32")
-        if mask is not None:
-            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
-        probs = ops.cast(ops.softmax(scores, axis=-1), dtype)
+        probs = ops.cast(ops.softmax(masks.mask_scores(scores, mask), axis=-1), dtype)
         return probs, self.dropout_layer(probs, training=training)
 
     def compute_output_spec(self, query, value=None, key=None, cache=None,

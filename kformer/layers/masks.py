@@ -84,3 +84,23 @@ def allow_empty_rows(attention_mask):
     """
     has_key = ops.any(attention_mask, axis=-1, keepdims=True)
     return ops.logical_or(attention_mask, ops.logical_not(has_key))
+
+
+def mask_scores(scores, mask):
+    """Attention scores in float32, those outside `mask` set to -1e9 (before a softmax).
+
+    Args:
+        scores: `(..., q_len, k_len)`, any float dtype.
+        mask: bool, broadcast to `scores`; True = may attend. None keeps every score.
+
+    Returns:
+        float32, the shape of `scores`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> np.asarray(mask_scores(np.array([[1.0, 2.0]], "float16"), np.array([[True, False]]))).tolist()
+    [[1.0, -1000000000.0]]
+    """
+    scores = ops.cast(scores, "float32")
+    return scores if mask is None else ops.where(mask, scores, ops.cast(-1e9, "float32"))

@@ -159,7 +159,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         logits = self._logits(q, k, inputs.shape[-1])  # (batch, heads, seq, seq) float32
         if padding_mask is not None:
             allowed = masks.allow_empty_rows(masks.merge_masks(key_mask=padding_mask))
-            logits = ops.where(allowed[:, None], logits, ops.cast(-1e9, "float32"))
+            logits = masks.mask_scores(logits, allowed[:, None])
         probs = ops.cast(ops.softmax(logits, axis=-1), v.dtype)
         dropped = self.dropout_layer(probs, training=training) if self.dropout else probs
         output = ops.einsum("acbe,aecd->abcd", dropped, v)  # (batch, seq, heads, key_dim)

@@ -24,3 +24,12 @@ def test_merge_masks_ands_everything_given():
 def test_allow_empty_rows_opens_only_empty_rows():
     mask = np.array([[[True, False], [False, False]]])
     np.testing.assert_array_equal(to_numpy(masks.allow_empty_rows(mask)), [[[True, False], [True, True]]])
+
+
+def test_mask_scores_sets_masked_keys_in_float32_and_broadcasts():
+    scores = np.arange(12, dtype="float16").reshape(1, 2, 2, 3)  # (batch, heads, q_len, k_len)
+    keys = np.array([[[True, False, True], [False, True, True]]])[:, None]  # (batch, 1, q_len, k_len)
+    got = to_numpy(masks.mask_scores(scores, keys))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.where(keys, scores.astype("float32"), -1e9))
+    np.testing.assert_array_equal(to_numpy(masks.mask_scores(scores, None)), scores.astype("float32"))
