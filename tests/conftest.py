@@ -82,5 +82,5 @@ def _seed_and_policy():
         partitionable = jax.config.jax_threefry_partitionable
     yield
     keras.config.set_dtype_policy("float32")
-    if keras.backend.backend() == "jax":
+    if keras.backend.backend() == "jax" and jax.config.jax_threefry_partitionable != partitionable:
         jax.config.update("jax_threefry_partitionable", partitionable)
