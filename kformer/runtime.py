@@ -77,11 +77,11 @@ def faster_jax_random():
     over devices draw their parts without communicating; the original layout
     hashes one block for two numbers. On one device that makes large
     dropout masks cheaper: a `(32, 256, 256)` mask's forward and backward
-    took 2.1 ms against 7.0 ms on a 2-core CPU. The medium encoder's JAX
-    training step ran 1.04x faster, the translator's and the CIFAR-10 ViT's
-    1.06x-1.07x, the other recipes' within noise (docs/BENCHMARKS.md,
-    "Dropout's random bits on JAX"). A seed then gives another, equally
-    random, stream. Keep JAX's default when training over several devices
+    took 2.1-2.5 ms against 7.0-12.3 ms on a 2-core CPU, and the medium
+    encoder's JAX training step ran 1.04x faster. The recipes' presets draw
+    small masks or none, and their steps stayed within noise
+    (docs/BENCHMARKS.md, "Dropout's random bits on JAX"). A seed then gives
+    another, equally random, stream. Keep JAX's default when training over several devices
     (`keras.distribution`): recipes call this unless run with `--distribute`
     or `--model-parallel`.
 
