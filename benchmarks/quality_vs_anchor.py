@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks import encoder_throughput
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 RECIPES = {"imdb": "train_imdb", "translation": "train_translator", "mnist": "train_vit",
@@ -142,11 +144,7 @@ def summary(result):
 
 def main(argv=None):
     args = parse_args(argv)
-    from kformer import runtime
-
-    if args.malloc == "keep":  # the anchor trains in this process: the same allocator as the recipe's
-        runtime.keep_freed_memory()
-    runtime.faster_jax_random()  # and on JAX the same random bits
+    encoder_throughput.set_process(args.malloc)  # the anchor trains here: the recipe's malloc and JAX random bits
     out_dir = pathlib.Path(args.output_dir)
     run_dir = out_dir / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     report = {"task": args.task, "data_dir": args.data_dir, "epochs": args.epochs,
