@@ -81,9 +81,9 @@ def faster_jax_random():
     encoder's JAX training step ran 1.04x faster. The recipes' presets draw
     small masks or none, and their steps stayed within noise
     (docs/BENCHMARKS.md, "Dropout's random bits on JAX"). A seed then gives
-    another, equally random, stream. Keep JAX's default when training over several devices
-    (`keras.distribution`): recipes call this unless run with `--distribute`
-    or `--model-parallel`.
+    another, equally random, stream. Keep JAX's default when training over
+    several devices (`keras.distribution`): recipes call this unless run
+    with `--distribute` or `--model-parallel`.
 
     Changes nothing when the backend is not JAX or the environment sets
     `JAX_THREEFRY_PARTITIONABLE` (the user's choice wins).
