@@ -10,6 +10,7 @@ from kformer.layers import masks
 from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer, known_index
 from kformer.layers.linear import linear, over_rows
 from kformer.layers.position import RotaryEmbedding
+from kformer.layers.slices import write_slice
 
 
 def _attention_path(q, training):
@@ -558,7 +559,7 @@ def _write(cache, index, new_k, new_v):
     writing keys and values apart, then stacking them, copied the cache three times.
     """
     new = ops.cast(ops.stack([new_k, new_v], axis=1), cache.dtype)  # (batch, 2, n, heads, dim)
-    cache = ops.slice_update(cache, [0, 0, index, 0, 0], new)
+    cache = write_slice(cache, [0, 0, index, 0, 0], new)
     return cache[:, 0], cache[:, 1], cache
 
 

@@ -10,6 +10,7 @@ predict step: XLA-compiled on TensorFlow and JAX, eager on torch, once per
 setting.
 """
 
+import contextlib
 import math
 
 import keras
@@ -17,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from kformer.layers.checks import known_index
+from kformer.layers.slices import traced_for_xla, write_slice
 from kformer.models.decoders import NEG_INF, adapter
 
 STRATEGIES = ("greedy", "beam", "top_k", "top_p")
@@ -114,7 +116,7 @@ def _decode_loop(decoder, inputs, noise, c):
         forced = ops.take(prompt, t, axis=1)
         word = ops.where(forced, ops.take(tokens, t, axis=1), word)
         word = ops.where(done, 0, word)
-        tokens = ops.slice_update(tokens, [0, t], word[:, None])
+        tokens = write_slice(tokens, [0, t], word[:, None])
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
         if limits is not None:  # buffer slot t holds generated token t (slot 0 is [START])
             done = ops.logical_or(done, t >= limits)
@@ -157,7 +159,7 @@ def _beam_loop(decoder, inputs, c):
         word = ops.cast(ops.reshape(best % vocab, (flat,)), "int32")
         tokens, done, lengths = (ops.take(x, origin, axis=0) for x in (tokens, done, lengths))
         caches = tuple(ops.take(cache, origin, axis=0) for cache in caches)
-        tokens = ops.slice_update(tokens, [0, t], word[:, None])
+        tokens = write_slice(tokens, [0, t], word[:, None])
         lengths = ops.where(ops.logical_or(done, forced), lengths, lengths + 1)
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
         if limits is not None:
@@ -183,10 +185,15 @@ class _Generator(keras.Model):
         self.decoder = adapter(task)
 
     def call(self, inputs):
-        token_ids = ops.cast(inputs["token_ids"], "int32")
-        if self.config["strategy"] == "beam":
-            return _beam_loop(self.decoder, token_ids, self.config)
-        return _decode_loop(self.decoder, token_ids, inputs["noise"], self.config)
+        return _run(self.decoder, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile)
+
+
+def _run(decoder, token_ids, noise, c, xla):
+    """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`)."""
+    with traced_for_xla() if xla else contextlib.nullcontext():
+        if c["strategy"] == "beam":
+            return _beam_loop(decoder, ops.cast(token_ids, "int32"), c)
+        return _decode_loop(decoder, ops.cast(token_ids, "int32"), noise, c)
 
 
 _COMPILED = {}
@@ -273,7 +280,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
 
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
                     num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                    max_length_ratio=None, max_length_offset=10):
+                    max_length_ratio=None, max_length_offset=10, xla=False):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
     In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
@@ -285,6 +292,10 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, no_repeat_ngram_size,
             max_length_ratio, max_length_offset: as in `generate`.
+        xla: bool. `True` when `fn` will be traced inside a
+            `tf.function(jit_compile=True)`: its cache writes are then XLA's
+            in-place update. `False` (default): core TensorFlow ops only, which
+            the stock TF Serving binary runs with XLA compilation off.
 
     Example:
 
@@ -301,9 +312,7 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         use_cache=True, seed=None, no_repeat_ngram_size=no_repeat_ngram_size,
         max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
     config.pop("seed")
-    if strategy == "beam":
-        return lambda token_ids, noise=None: _beam_loop(decoder, ops.cast(token_ids, "int32"), config)
-    return lambda token_ids, noise=None: _decode_loop(decoder, ops.cast(token_ids, "int32"), noise, config)
+    return lambda token_ids, noise=None: _run(decoder, token_ids, noise, config, xla=bool(xla))
 
 
 def _pad_width(ids, limit, multiple=16):

@@ -46,11 +46,12 @@ def served(tokenizer, tmp_path_factory):
     base = tmp_path_factory.mktemp("exports")
     keras.utils.set_random_seed(0)
     vocab = tokenizer.vocabulary_size
-    requests, expected = [], []
+    requests, expected, xla = [], [], []
 
-    def add(path, signature, inputs, want):
+    def add(path, signature, inputs, want, with_xla=False):
         requests.append((str(path), signature, inputs))
         expected.append(want)
+        xla.append(with_xla)  # the client turns XLA compilation off, as the stock TF Serving does
 
     text = {"text": np.array(TEXTS, dtype=object)}
     clf = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
@@ -68,7 +69,7 @@ def served(tokenizer, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("client")
     with open(folder / "requests.pkl", "wb") as f:
-        pickle.dump(requests, f)
+        pickle.dump([(*request, with_xla) for request, with_xla in zip(requests, xla)], f)
     client = pathlib.Path(__file__).with_name("serving_client.py")
     run = subprocess.run([sys.executable, str(client), str(folder / "requests.pkl"),
                           str(folder / "results.pkl")], capture_output=True, text=True)
@@ -76,6 +77,8 @@ def served(tokenizer, tmp_path_factory):
     with open(folder / "results.pkl", "rb") as f:
         answer = pickle.load(f)
     assert not answer["kformer_imported"]
+    for (path, signature, _), want, got in zip(requests, expected, answer["results"]):
+        assert want in ("error", "xla_disabled") or "error" not in got, (path, signature, got.get("error"))
     return requests, expected, answer["results"]
 
 
@@ -85,10 +88,12 @@ def _export_translator(tokenizer, base, text, add):
     limit = dict(max_length_ratio=0.5, max_length_offset=2)  # binds: the untrained model rarely ends
     path = export.export_for_serving(translator, base / "translator", max_length=10, num_beams=3,
                                      no_repeat_ngram_size=2, xla=True, **limit)
+    add(path, "translate_xla", text, "xla_disabled")  # the stock server's answer (asked before XLA compiles it)
     for signature, strategy in (("serving_default", "greedy"), ("translate_beam", "beam"), ("translate_xla", "greedy")):
         want = translator.translate(TEXTS, strategy=strategy, num_beams=3, max_length=10, no_repeat_ngram_size=2,
                                     **limit)
-        add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)})
+        add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)},
+            with_xla=signature == "translate_xla")
 
 
 def _export_gpt(tokenizer, base, add):
@@ -179,8 +184,8 @@ def test_each_signature_is_traced_once(tokenizer, tmp_path, monkeypatch):
 
 @exported("translator")
 def test_translations_equal_generate(served):
-    pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p]
-    assert len(pairs) == 3  # greedy, beam, greedy compiled by XLA
+    pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p and w != "xla_disabled"]
+    assert len(pairs) == 3  # greedy, beam (both without XLA), greedy compiled by XLA
     for want, got in pairs:
         assert got["translation"].tolist() == want["translation"].tolist()
 
@@ -256,6 +261,20 @@ def test_only_translate_xla_is_compiled_by_xla(served):
 
     assert must_compile("translate_xla")
     assert not must_compile("serving_default") and not must_compile("translate_beam")
+
+
+@exported("translator")
+def test_plain_signatures_need_no_xla(served):
+    """The stock TF Serving binary turns XLA compilation off: the plain signatures hold no XLA-only op
+    (`ops.slice_update` is `XlaDynamicUpdateSlice` on TensorFlow) and answer there; `translate_xla` fails."""
+    path = next(p for p, _, _ in served[0] if "translator" in p)
+    signatures = tf.saved_model.load(path).signatures
+    for name in ("serving_default", "translate_beam"):
+        graph = signatures[name].graph.as_graph_def()
+        xla_ops = {n.op for f in graph.library.function for n in f.node_def if n.op.startswith("Xla")}
+        assert not xla_ops, (name, xla_ops)
+    (error,) = [g["error"] for w, g in zip(served[1], served[2]) if w == "xla_disabled"]
+    assert "XLA compilation disabled" in error
 
 
 @tf_exports_only

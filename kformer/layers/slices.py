@@ -1,0 +1,65 @@
+"""`write_slice`: `ops.slice_update` in ops that TensorFlow runs without XLA (and so does TF Serving)."""
+
+import contextlib
+import contextvars
+
+import keras
+from keras import ops
+
+_UNDER_XLA = contextvars.ContextVar("kformer_traced_for_xla", default=False)
+
+
+@contextlib.contextmanager
+def traced_for_xla():
+    """Code traced inside will be compiled by XLA (`jit_compile=True`): `write_slice` is then
+    `ops.slice_update` on TensorFlow too, which XLA runs about 10 % faster a cached token at
+    batch 1 than the scatter (the same at batch 16)."""
+    token = _UNDER_XLA.set(True)
+    try:
+        yield
+    finally:
+        _UNDER_XLA.reset(token)
+
+
+def write_slice(inputs, start_indices, updates):
+    """`updates` written into `inputs` from `start_indices` on, as `ops.slice_update` does.
+
+    On TensorFlow `ops.slice_update` is the `XlaDynamicUpdateSlice` op, which
+    has no plain TensorFlow kernel: outside `jit_compile` TensorFlow compiles it
+    with XLA on the fly, and the stock TF Serving binary, which turns XLA
+    compilation off unless started with `--xla_cpu_compilation_enabled`, fails
+    the request ("XLA compilation disabled"). On TensorFlow this writes whole
+    slices with `ops.scatter_update` instead (`TensorScatterUpdate`, a core
+    op), unless traced inside `traced_for_xla()`. Other backends: `ops.slice_update`.
+
+    Args:
+        inputs: tensor `(d0, ..., dn)`.
+        start_indices: one int or int scalar tensor per axis.
+        updates: tensor `(u0, ..., un)` with `ui <= di`, in `inputs`'s dtype.
+
+    Returns:
+        A tensor like `inputs`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tokens = write_slice(np.zeros((2, 4), "int32"), [0, 2], np.array([[7], [8]], "int32"))
+    >>> keras.ops.convert_to_numpy(tokens).tolist()
+    [[0, 0, 7, 0], [0, 0, 8, 0]]
+    """
+    if keras.backend.backend() != "tensorflow" or _UNDER_XLA.get():
+        return ops.slice_update(inputs, start_indices, updates)
+    inputs, updates = ops.convert_to_tensor(inputs), ops.convert_to_tensor(updates)
+    whole = [isinstance(start, int) and start == 0 and None not in (d, u) and d == u
+             for start, d, u in zip(start_indices, inputs.shape, updates.shape)]
+    depth = max((axis + 1 for axis, w in enumerate(whole) if not w), default=1)
+    shape = ops.shape(updates)[:depth]
+    axes = []
+    for axis in range(depth):  # the index of every written slice along `axis`, broadcast to `shape`
+        index = ops.arange(shape[axis], dtype="int32")
+        if not (isinstance(start_indices[axis], int) and start_indices[axis] == 0):
+            index = index + ops.cast(start_indices[axis], "int32")
+        view = [1] * depth
+        view[axis] = -1
+        axes.append(ops.broadcast_to(ops.reshape(index, view), shape))
+    return ops.scatter_update(inputs, ops.stack(axes, axis=-1), updates)
