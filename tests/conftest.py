@@ -77,7 +77,7 @@ def pytest_collection_finish(session):
     """Out of the cyclic garbage collector's reach: what is alive after collection (TensorFlow,
     JAX, torch, Keras, the test modules: 400,000-650,000 objects), then after each test file
     (`pytest_runtest_teardown`). A full collection scans only what the current file made, not the
-    whole heap (200-300 ms each: Python runs one each time the heap grows by a quarter, and
+    whole heap (195-294 ms each here: Python runs one each time the heap grows by a quarter, and
     Keras's `quantize` one for each kernel it replaces)."""
     _collect_and_freeze()
 

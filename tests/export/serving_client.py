@@ -1,6 +1,7 @@
 """Run as `python serving_client.py REQUESTS.pkl RESULTS.pkl`: a serving client with TensorFlow only.
 
-Loads each export with `tf.saved_model.load`, calls every signature on the
+Loads each export with `tf.saved_model.load` and, as TF Serving does when it
+loads a version, replays its warmup records. Then calls every signature on the
 given inputs and pickles the outputs (or the error message). It imports no
 keras and no kformer, and, like the stock TF Serving binary, runs with XLA
 compilation turned off, except for the requests marked to need it (TF Serving's
@@ -25,23 +26,44 @@ def xla_compilation(enabled):
     (_TF._ZN10tensorflow20EnableXlaCompilationEv if enabled else _TF._ZN10tensorflow21DisableXlaCompilationEv)()
 
 
+def call(fn, inputs):
+    """`fn`'s outputs as numpy, or {"error": the op error's class and message}."""
+    try:
+        return {k: v.numpy() for k, v in fn(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
+    except tf.errors.OpError as err:
+        return {"error": f"{type(err).__name__}: {err.message}"}
+
+
+def replay_warmup(export_dir, loaded):
+    """Each warmup record through its signature, as TF Serving's load does (a failure there fails
+    the load): `[(signature, error message or None)]`."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    replies = []
+    for record in tf.data.TFRecordDataset(os.path.join(export_dir, "assets.extra", "tf_serving_warmup_requests")):
+        request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+        name = request.model_spec.signature_name
+        inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+        replies.append((name, call(loaded.signatures[name], inputs).get("error")))
+    return replies
+
+
 def main(requests_path, results_path):
     with open(requests_path, "rb") as f:
         requests = pickle.load(f)  # [(export_dir, signature, {name: numpy}, needs XLA)]
-    results, loaded = [], {}
-    for export_dir, signature, inputs, xla in requests:
+    loaded, warmup = {}, {}
+    xla_compilation(False)
+    for export_dir, _, _, _ in requests:
         if export_dir not in loaded:
             loaded[export_dir] = tf.saved_model.load(export_dir)
-        fn = loaded[export_dir].signatures[signature]
+            warmup[export_dir] = replay_warmup(export_dir, loaded[export_dir])
+    results = []
+    for export_dir, signature, inputs, xla in requests:
         xla_compilation(xla)
-        try:
-            out = fn(**{k: tf.constant(v) for k, v in inputs.items()})
-            results.append({k: v.numpy() for k, v in out.items()})
-        except tf.errors.OpError as err:
-            results.append({"error": f"{type(err).__name__}: {err.message}"})
+        results.append(call(loaded[export_dir].signatures[signature], inputs))
     modules = sorted(m.split(".")[0] for m in sys.modules)
     with open(results_path, "wb") as f:
-        pickle.dump({"results": results, "kformer_imported": "kformer" in modules}, f)
+        pickle.dump({"results": results, "warmup": warmup, "kformer_imported": "kformer" in modules}, f)
 
 
 if __name__ == "__main__":
