@@ -4,6 +4,7 @@
     kformer train imdb --epochs 1             a recipe (source checkout: recipes/ and data/)
     kformer predict saved_models/imdb_bigram/1 "A fine film."
     kformer export model.keras --output-dir exports/imdb
+    kformer check-serving exports/imdb/1      would a stock TF Serving load it? (exit 1 if not)
 
 `--help` works at every level; bad flags exit 2 naming the flag.
 """
@@ -32,7 +33,7 @@ def main(argv=None):
 def _parser():
     p = argparse.ArgumentParser(prog="kformer", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{list,train,predict,export}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,train,predict,export,check-serving}")
     listing = sub.add_parser("list", help="the presets, their builders and sizes")
     listing.add_argument("--params", action="store_true", help="also build each preset and count its parameters")
     listing.set_defaults(run=_list)
@@ -46,6 +47,12 @@ def _parser():
     export.add_argument("path", help="a recipe's version folder or a .keras file")
     export.add_argument("--output-dir", required=True, help="the model's base folder: writes <dir>/<next version>")
     export.set_defaults(run=_export)
+    check = sub.add_parser("check-serving", help="replay a version's warmup requests as a stock TF Serving "
+                           "loads it (XLA compilation off); exit 1 if one fails")
+    check.add_argument("path", help="a SavedModel version folder, such as saved_models/imdb_bigram/1")
+    check.add_argument("--xla", action="store_true",
+                       help="as a server started with --xla_cpu_compilation_enabled=true")
+    check.set_defaults(run=_check_serving)
     return p
 
 
@@ -139,6 +146,22 @@ def _export(parser, args):
     except ValueError as err:
         sys.exit(f"error: {err}")
     return 0
+
+
+def _check_serving(parser, args):
+    from kformer.export import preflight
+
+    try:
+        replies = preflight.check(args.path, xla=args.xla)
+    except FileNotFoundError as err:
+        parser.error(f"path: {err}")
+    for signature, error in replies:
+        print(f"{signature}: {'ok' if error is None else 'FAILED ' + preflight.summary(error)}")
+    server = "TF Serving started with --xla_cpu_compilation_enabled=true" if args.xla else \
+        "a stock TF Serving (XLA compilation off)"
+    failed = sorted({signature for signature, error in replies if error is not None})
+    print(f"{args.path}: {f'would not load in {server}: {failed} failed' if failed else f'loads in {server}'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
     (["export", "x.keras"], "--output-dir"),
     (["train", "imdb", "--learning-rate=nan"], "--learning-rate"),
+    (["check-serving", "/no/such/version"], "path: `version_dir` '/no/such/version' is not a folder"),
+    (["check-serving", "."], "holds no saved_model.pb"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

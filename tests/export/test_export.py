@@ -285,6 +285,30 @@ def test_plain_signatures_hold_no_xla_op(served):
         assert not xla_ops, (name, xla_ops)
 
 
+def test_check_serving_says_whether_a_stock_server_loads_a_version(served):
+    paths = {p for p, _, _ in served[0]}
+    imdb = next(p for p in paths if "imdb" in p)
+    runs = [(imdb, [], 0)]
+    translator = next((p for p in paths if "translator" in p), None)
+    if translator:  # a stock server fails translate_xla; one with XLA turned on loads it all
+        runs += [(translator, [], 1), (translator, ["--xla"], 0)]
+    checks = [(subprocess.Popen([sys.executable, "-m", "kformer.cli", "check-serving", path, *flags],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True), path, flags, code)
+              for path, flags, code in runs]  # side by side: each one imports TensorFlow
+    for check, path, flags, code in checks:
+        out = check.communicate()[0]
+        assert check.returncode == code, (path, flags, out)
+        if code:
+            assert "translate_xla: FAILED InternalError: XLA compilation disabled" in out
+            assert "serving_default: ok" in out and "translate_beam: ok" in out
+            assert out.strip().endswith("would not load in a stock TF Serving (XLA compilation off): "
+                                        "['translate_xla'] failed")
+        else:
+            assert "serving_default: ok" in out and out.strip().endswith("loads in " + (
+                "TF Serving started with --xla_cpu_compilation_enabled=true" if flags
+                else "a stock TF Serving (XLA compilation off)"))
+
+
 def test_a_stock_server_loads_every_export(warmup_replies):
     """TF Serving replays a version's warmup records when it loads it, with XLA compilation off
     unless started with `--xla_cpu_compilation_enabled`, and does not load the version if one
