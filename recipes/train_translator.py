@@ -63,8 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--max-length-offset", type=common.bounded(int, 0), default=10,
                    help="see --max-length-ratio")
     p.add_argument("--serving-xla", action="store_true",
-                   help="also export `translate_xla`: greedy decoding compiled by XLA, about 2x faster on a CPU; "
-                        "TF Serving needs --xla_cpu_compilation_enabled=true for it (docs/BENCHMARKS.md)")
+                   help="also export `translate_xla`: greedy decoding compiled by XLA, about 5x faster for one "
+                        "request on a CPU; TF Serving needs --xla_cpu_compilation_enabled=true for it "
+                        "(docs/BENCHMARKS.md)")
     p.add_argument("--split-by", choices=translation.SPLIT_BY, default="pair",
                    help="spa-eng: split the pairs, or the distinct English sentences (full file only)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)

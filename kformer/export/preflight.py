@@ -30,8 +30,9 @@ def set_xla_compilation(enabled):
     try:
         getattr(library, symbol)()
     except AttributeError:
-        raise RuntimeError(f"TensorFlow {tf.__version__} does not export tensorflow::"
-                           f"{'Enable' if enabled else 'Disable'}XlaCompilation: cannot switch XLA compilation") from None
+        switch = "EnableXlaCompilation" if enabled else "DisableXlaCompilation"
+        raise RuntimeError(f"TensorFlow {tf.__version__} does not export tensorflow::{switch}: "
+                           "cannot switch XLA compilation") from None
 
 
 def call(signature, inputs):
