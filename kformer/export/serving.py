@@ -77,10 +77,10 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
             `None` (off: `max_length`), `10`.
         xla: bool. Translation: also write `translate_xla`, greedy decoding
             with the loop compiled by XLA (about 5x faster for one request on
-            a CPU, 2x at batch 64, docs/BENCHMARKS.md). TF Serving runs it only with XLA turned on
-            (`--xla_cpu_compilation_enabled=true` on CPU); a stock server fails
-            this signature's warmup request, so export without it for stock
-            serving. It compiles once per request batch size. Defaults to `False`.
+            a CPU, 2x at batch 64, docs/BENCHMARKS.md). TF Serving runs it
+            only with XLA turned on (`--xla_cpu_compilation_enabled=true` on
+            CPU); a stock server fails this signature's warmup request, so
+            export without it for stock serving (`kformer check-serving`). It compiles once per request batch size. Defaults to `False`.
         class_names: list of str. Classifiers: the labels (default: `task.class_names`).
         model_name: str. Name in the warmup requests (default: `task.name`).
         warmup_requests: bool. Also write `assets.extra/tf_serving_warmup_requests`.

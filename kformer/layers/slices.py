@@ -50,14 +50,14 @@ def write_slice(inputs, start_indices, updates):
     if keras.backend.backend() != "tensorflow" or _UNDER_XLA.get():
         return ops.slice_update(inputs, start_indices, updates)
     inputs, updates = ops.convert_to_tensor(inputs), ops.convert_to_tensor(updates)
-    whole = [isinstance(start, int) and start == 0 and None not in (d, u) and d == u
-             for start, d, u in zip(start_indices, inputs.shape, updates.shape)]
+    at_zero = [isinstance(start, int) and start == 0 for start in start_indices]
+    whole = [zero and None not in (d, u) and d == u for zero, d, u in zip(at_zero, inputs.shape, updates.shape)]
     depth = max((axis + 1 for axis, w in enumerate(whole) if not w), default=1)
     shape = ops.shape(updates)[:depth]
     axes = []
     for axis in range(depth):  # the index of every written slice along `axis`, broadcast to `shape`
         index = ops.arange(shape[axis], dtype="int32")
-        if not (isinstance(start_indices[axis], int) and start_indices[axis] == 0):
+        if not at_zero[axis]:
             index = index + ops.cast(start_indices[axis], "int32")
         view = [1] * depth
         view[axis] = -1

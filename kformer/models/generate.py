@@ -190,10 +190,11 @@ class _Generator(keras.Model):
 
 def _run(decoder, token_ids, noise, c, xla):
     """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`)."""
+    token_ids = ops.cast(token_ids, "int32")
     with traced_for_xla() if xla else contextlib.nullcontext():
         if c["strategy"] == "beam":
-            return _beam_loop(decoder, ops.cast(token_ids, "int32"), c)
-        return _decode_loop(decoder, ops.cast(token_ids, "int32"), noise, c)
+            return _beam_loop(decoder, token_ids, c)
+        return _decode_loop(decoder, token_ids, noise, c)
 
 
 _COMPILED = {}

@@ -263,25 +263,19 @@ def test_saved_model_cli_lists_signatures(served):
 
 @exported("translator")
 def test_only_translate_xla_is_compiled_by_xla(served):
+    """And the plain signatures hold no XLA-only op (`ops.slice_update` is `XlaDynamicUpdateSlice` on TensorFlow)."""
     path = next(p for p, _, _ in served[0] if "translator" in p)
     signatures = tf.saved_model.load(path).signatures
+    library = {name: signatures[name].graph.as_graph_def().library.function
+               for name in ("serving_default", "translate_beam", "translate_xla")}
 
     def must_compile(name):
-        library = signatures[name].graph.as_graph_def().library.function
-        return any(f.attr["_XlaMustCompile"].b for f in library)
+        return any(f.attr["_XlaMustCompile"].b for f in library[name])
 
     assert must_compile("translate_xla")
     assert not must_compile("serving_default") and not must_compile("translate_beam")
-
-
-@exported("translator")
-def test_plain_signatures_hold_no_xla_op(served):
-    """`ops.slice_update` is `XlaDynamicUpdateSlice` on TensorFlow, which only XLA runs."""
-    path = next(p for p, _, _ in served[0] if "translator" in p)
-    signatures = tf.saved_model.load(path).signatures
     for name in ("serving_default", "translate_beam"):
-        graph = signatures[name].graph.as_graph_def()
-        xla_ops = {n.op for f in graph.library.function for n in f.node_def if n.op.startswith("Xla")}
+        xla_ops = {n.op for f in library[name] for n in f.node_def if n.op.startswith("Xla")}
         assert not xla_ops, (name, xla_ops)
 
 
