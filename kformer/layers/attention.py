@@ -14,9 +14,13 @@ from kformer.layers.slices import write_slice
 
 
 def _attention_path(q, training):
-    """Which of three equal computations attends `q`: "fused", "per_head" or "explicit".
+    """Which of four equal computations attends `q`: "fused", "one_query", "per_head" or "explicit".
 
     - "fused" (`ops.dot_product_attention`; flash attention on GPUs) unless:
+    - TensorFlow inference with one query (a cached decoding step): "one_query",
+      broadcast products and sums instead of einsums over one row. A plain
+      TensorFlow graph (TF Serving) ran it 1.5-1.8x faster, XLA 1.2-1.5x
+      (docs/BENCHMARKS.md, "One query on TensorFlow").
     - JAX on a CPU: "per_head", one batched attention a head. XLA:CPU ran
       the fused attention (all heads in one dot) 1.4-1.8x slower, forward
       and backward; the medium encoder's step gained 1.08x
@@ -33,6 +37,8 @@ def _attention_path(q, training):
       Inference stays fused.
     """
     backend = keras.backend.backend()
+    if backend == "tensorflow" and not training and q.shape[1] == 1:
+        return "one_query"
     if backend == "jax" and _first_device_is_cpu():
         return "per_head"
     if backend == "tensorflow" and training and _first_device_is_cpu():
@@ -475,6 +481,8 @@ class MultiHeadAttention(keras.layers.Layer):
         path = _attention_path(q, training)
         if path == "per_head":
             return self._per_head(q, k, v, mask, scale, training), None
+        if path == "one_query":
+            return self._one_query(q, k, v, mask, scale), None
         if path == "explicit" or (self.dropout > 0 and training) or self.key_dim != self.value_dim:
             return self._explicit(q, k, v, mask, scale, training)[0], None
         output = ops.dot_product_attention(q, k, v, mask=None if mask is None else mask[:, None], scale=scale)
@@ -488,6 +496,16 @@ class MultiHeadAttention(keras.layers.Layer):
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
         probs, dropped = self._probabilities(scores, None if mask is None else mask[:, None], v.dtype, training)
         return ops.transpose(ops.matmul(dropped, v), (0, 2, 1, 3)), probs
+
+    def _one_query(self, q, k, v, mask, scale):
+        """Inference for one query, `q` `(batch, 1, heads, key_dim)`: `(batch, 1, heads, value_dim)`
+        from scores `(batch, k_len, heads, 1)`, a product and a sum each way, in float32 (no dropout)."""
+        if k.shape[1] == 1:  # one key (the first cached step): its value, softmax's only weight being 1
+            return v
+        q, k, values = (ops.cast(x, "float32") for x in (q, k, v))  # no op for float32
+        scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)
+        probs = ops.softmax(masks.mask_scores(scores, None if mask is None else mask[:, 0, :, None, None]), axis=1)
+        return ops.cast(ops.sum(ops.multiply(probs, values), axis=1, keepdims=True), v.dtype)
 
     def _per_head(self, q, k, v, mask, scale, training):
         """`_explicit`'s output, one head at a time: `(batch, q_len, heads, value_dim)`.

@@ -95,14 +95,16 @@ class _Decoder:
             logits = self.embedding(h, reverse=True) if self.output_projection is None else self.output_projection(h)
         return ops.where(ops.arange(self.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
 
-    def _run(self, tokens, index, caches, extra):
-        """Tokens `(batch, n)` written at cache `index` -> logits of the last one, updated caches."""
+    def step(self, tokens, index, caches, extra):
+        """Tokens `(batch, n)` written at cache `index` (with the cross-attention caches of
+        `extra["cross"]`, if any) -> logits of the last one `(batch, vocab)`, the updated caches."""
         h = self.embed(tokens, index, extra)
+        cross, mask = extra.get("cross"), extra.get("mask")
         updated = []
         for i in range(len(self.blocks)):
-            h, cache = self.block_step(i, h, caches, index, extra)
+            h, cache = self.block_step(i, h, caches, index, extra, cross=None if cross is None else cross[i], mask=mask)
             updated.append(cache)
-        return self.project(h[:, -1:], extra)[:, 0], tuple(updated)
+        return self.project(h if h.shape[1] == 1 else h[:, -1:], extra)[:, 0], tuple(updated)
 
 
 class TranslatorDecoder(_Decoder):
@@ -140,14 +142,6 @@ class TranslatorDecoder(_Decoder):
             return tokens, prompt, 1, caches, extra, self.recompute(tokens, 0, extra)
         logits, caches = self.step(tokens[:, :1], 0, caches, extra)
         return tokens, prompt, 1, caches, extra, logits
-
-    def step(self, token, index, caches, extra):
-        h = self.embed(token, index, extra)
-        updated = []
-        for i in range(len(self.blocks)):
-            h, cache = self.block_step(i, h, caches, index, extra, cross=extra["cross"][i], mask=extra["mask"])
-            updated.append(cache)
-        return self.project(h, extra)[:, 0], tuple(updated)
 
     def recompute(self, tokens, index, extra):
         h = self.embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
@@ -196,9 +190,6 @@ class CausalDecoder(_Decoder):
         extra = {"positions": self.position_table(length), "weights": self.decoding_weights(),
                  "output_kernel": self.output_kernel()}
         return tokens, prompt_mask, start, tuple(updated), extra, logits
-
-    def step(self, token, index, caches, extra):
-        return self._run(token, index, caches, extra)
 
     def recompute(self, tokens, index, extra):
         h = self.embedding(tokens)

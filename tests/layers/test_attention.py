@@ -282,3 +282,24 @@ def test_tensorflow_cpu_trains_through_the_heads_first_explicit_path(monkeypatch
     training = layer(QUERY, QUERY, training=True, **kwargs)
     assert explicit_calls == [True]
     np.testing.assert_allclose(to_numpy(training), to_numpy(inference), atol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow attends one query by products")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tensorflow_attends_one_query_by_products_with_the_explicit_numbers(monkeypatch, dtype):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
+    calls, one_query = [], MultiHeadAttention._one_query
+    monkeypatch.setattr(MultiHeadAttention, "_one_query", lambda self, *a: calls.append(1) or one_query(self, *a))
+    query = QUERY[:, 2:3]
+    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 1, 6)) > 0.3)
+    cases = [((query, QUERY), kwargs), ((query, QUERY), {}), ((query, QUERY[:, :1]), {})]  # the last: one key
+    for args, kw in cases:
+        got = layer(*args, **kw)
+        reference = layer(*args, return_attention_scores=True, **kw)[0]  # the explicit path
+        assert keras.backend.standardize_dtype(got.dtype) == dtype
+        np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
+                                   atol=1e-6 if dtype == "float32" else 2e-2)
+    assert calls == [1, 1, 1]
+    layer(QUERY, QUERY)  # six queries, and one in training: the other paths
+    layer(query, QUERY, training=True)
+    assert calls == [1, 1, 1]
