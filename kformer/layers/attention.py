@@ -8,7 +8,7 @@ from keras import ops
 
 from kformer.layers import masks
 from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer, known_index
-from kformer.layers.linear import linear, over_rows
+from kformer.layers.linear import linear, over_rows, reshape
 from kformer.layers.position import RotaryEmbedding
 from kformer.layers.slices import write_slice
 
@@ -359,11 +359,11 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel, bias = weights[name]
         n = ops.shape(x)[1]  # static where known, so TensorFlow keeps the head sizes
         if name == "output":
-            x = ops.reshape(x, (-1, n, self.num_heads * self.value_dim))
+            x = reshape(x, (-1, n, self.num_heads * self.value_dim))
         y = linear(x, kernel, bias)
         if name == "output":
             return y
-        return ops.reshape(y, (-1, n, self.num_heads, self.value_dim if name == "value" else self.key_dim))
+        return reshape(y, (-1, n, self.num_heads, self.value_dim if name == "value" else self.key_dim))
 
     def cached_call(self, query, cache, cache_update_index=None, key_mask=None, weights=None):
         """Inference-only attention through a cache: the decoding fast path.
@@ -425,7 +425,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """`x` `(batch, n, in)` through the joined kernel of `flat_weights(fuse_query_key_value=True)`:
         `(q, k, v)`, each `(batch, n, heads, key_dim)` (a cache needs `key_dim == value_dim`)."""
         y = linear(x, *weights)
-        y = ops.reshape(y, (-1, ops.shape(x)[1], 3, self.num_heads, self.key_dim))  # one reshape, then views
+        y = reshape(y, (-1, ops.shape(x)[1], 3, self.num_heads, self.key_dim))  # one reshape, then views
         return y[:, :, 0], y[:, :, 1], y[:, :, 2]
 
     def _attention_mask(

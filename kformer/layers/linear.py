@@ -1,4 +1,5 @@
-"""Products with a weight matrix: `linear` for the decoding fast path, `over_rows` for training."""
+"""Products with a weight matrix: `linear` for the decoding fast path, `over_rows` for training;
+`reshape` for both."""
 
 import keras
 from keras import ops
@@ -28,6 +29,24 @@ def linear(x, kernel, bias=None):
     return y if bias is None else y + bias
 
 
+def reshape(x, shape):
+    """`ops.reshape(x, shape)`; on torch the tensor's own `.reshape`, the same op.
+
+    Eager torch runs `ops.reshape` as it comes, and its search of `shape` for
+    symbolic tensors took 62 us a call against 2.4 us for the reshape
+    itself; a cached decoding step of a 2-block translator makes eight.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(reshape(np.ones((2, 6), "float32"), (2, 3, 2)).shape)
+    (2, 3, 2)
+    """
+    if keras.backend.backend() == "torch" and ops.is_tensor(x):
+        return x.reshape(shape)
+    return ops.reshape(x, shape)
+
+
 def over_rows(fn, x, feature_axes=1):
     """`fn` applied to `x` with every axis before its last `feature_axes` merged into one, shape restored.
 
@@ -45,5 +64,5 @@ def over_rows(fn, x, feature_axes=1):
     (2, 3, 2)
     """
     leading = ops.shape(x)[: len(x.shape) - feature_axes]
-    y = fn(ops.reshape(x, (-1, *x.shape[len(x.shape) - feature_axes:])))
-    return ops.reshape(y, (*leading, *y.shape[1:]))
+    y = fn(reshape(x, (-1, *x.shape[len(x.shape) - feature_axes:])))
+    return reshape(y, (*leading, *y.shape[1:]))

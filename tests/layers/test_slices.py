@@ -28,6 +28,10 @@ def test_writes_what_slice_update_writes(shape, start, update_shape):
     inputs, updates = rng.normal(size=shape).astype("float32"), rng.normal(size=update_shape).astype("float32")
     want = expected(inputs, start, updates)
     np.testing.assert_array_equal(ops.convert_to_numpy(write_slice(inputs, start, updates)), want)
+    tensor = ops.convert_to_tensor(inputs)  # a backend tensor: written to a copy, never in place
+    written = write_slice(tensor, start, ops.convert_to_tensor(updates))
+    np.testing.assert_array_equal(ops.convert_to_numpy(written), want)
+    np.testing.assert_array_equal(ops.convert_to_numpy(tensor), inputs)
     traced_start = [s if s == 0 else ops.convert_to_tensor(s, "int32") for s in start]  # a loop index
     np.testing.assert_array_equal(ops.convert_to_numpy(write_slice(inputs, traced_start, updates)), want)
 
