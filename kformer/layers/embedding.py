@@ -140,11 +140,12 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def lookup(self, token_ids, positions):
         """`call(token_ids, positions=positions)` without sublayer `__call__`s (the decoding fast
-        path; not for quantized or mixed-precision tables). `positions`: `(n, hidden_dim)`."""
+        path; not for quantized or mixed-precision tables). `positions`: `(n, hidden_dim)`, or None
+        with `position="none"`."""
         x = self.token_embedding.call(token_ids)
         if self.scale_by_sqrt_dim:
             x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
-        return x + ops.cast(positions, x.dtype)
+        return x if positions is None else x + ops.cast(positions, x.dtype)
 
     def reverse_table(self):
         """The token table transposed, `(hidden_dim, vocabulary_size)`: what `reverse=True` multiplies by

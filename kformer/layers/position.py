@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from kformer.layers.checks import check_positive_ints, known_index
+from kformer.layers.slices import slice_rows
 
 
 def _positions(inputs, start_index, seq_axis=1):
@@ -131,9 +132,8 @@ class PositionEmbedding(keras.layers.Layer):
                     f"sequence_length={self.sequence_length}. Received: inputs.shape="
                     f"{tuple(inputs.shape)}, start_index={start_index}"
                 )
-        length = ops.shape(inputs)[1]
         table = ops.convert_to_tensor(self.position_embeddings)
-        rows = ops.slice(table, (start_index, 0), (length, ops.shape(table)[1]))
+        rows = slice_rows(table, start_index if index is None else index, ops.shape(inputs)[1])
         return ops.broadcast_to(ops.cast(rows, self.compute_dtype), ops.shape(inputs))
 
     def compute_output_shape(self, input_shape):

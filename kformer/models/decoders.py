@@ -10,6 +10,7 @@ from keras import ops
 
 from kformer.layers.checks import has_plain_weights
 from kformer.layers.linear import linear
+from kformer.layers.slices import slice_rows
 
 NEG_INF = -1e9
 
@@ -40,10 +41,11 @@ class _Decoder:
                      for _ in self.blocks)
 
     def position_table(self, length):
-        """Sinusoids of positions `[0, length)`, made once per call (or None: learned positions are a
-        table already). Computed inside the XLA loop, XLA fuses their sin/cos into each of the next
-        projections and recomputes them per output: TF steps 1.7x slower at batch 1."""
-        return self.embedding.position_table(length) if self.embedding.position == "sinusoidal" else None
+        """Encodings of positions `[0, length)` (learned: at most the table's rows), made once per
+        call; None without position embeddings. Sinusoids computed inside the XLA loop got fused
+        into each of the next projections and recomputed per output: TF steps 1.7x slower at batch 1."""
+        limit = self.position_limit
+        return self.embedding.position_table(length if limit is None else min(length, limit))
 
     def decoding_weights(self):
         """Each block's `decoding_weights()` (2-D projection kernels), made once per call outside
@@ -66,16 +68,10 @@ class _Decoder:
     def embed(self, tokens, index, extra):
         """Token + position embeddings of `tokens` `(batch, n)` at positions `index..`."""
         table = extra.get("positions")
-        if table is None:
-            return self.embedding(tokens, start_index=index)
-        n = ops.shape(tokens)[1]
-        if isinstance(index, int):  # known (torch's eager loop): a plain slice, not `ops.slice`'s 0.1 ms
-            rows = table[index:index + n]
-        else:
-            rows = ops.slice(table, (index, 0), (n, ops.shape(table)[1]))
+        rows = None if table is None else slice_rows(table, index, ops.shape(tokens)[1])
         if extra.get("weights") is not None:  # plain weights: no `__call__` (0.1 ms a step in eager torch)
             return self.embedding.lookup(tokens, rows)
-        return self.embedding(tokens, positions=rows)
+        return self.embedding(tokens, start_index=index, positions=rows)
 
     def output_kernel(self):
         """The tied output projection as a `(dim, vocab)` matrix, transposed once per call outside the

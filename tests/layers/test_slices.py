@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kformer.layers.slices import traced_for_xla, write_slice
+from kformer.layers.slices import slice_rows, traced_for_xla, write_slice
 
 CASES = [  # (inputs shape, start, updates shape): a decoding buffer, a cache write, a prefill, all of it
     ((2, 5), [0, 3], (2, 1)),
@@ -54,3 +54,13 @@ def test_tensorflow_graphs_need_xla_only_when_traced_for_it(for_xla):
     xla_ops = {op for op in ops_used if op.startswith("Xla")}
     assert xla_ops == ({"XlaDynamicUpdateSlice"} if for_xla else set())
     assert ("TensorScatterUpdate" in ops_used) != for_xla
+
+
+@pytest.mark.parametrize("start, length", [(0, 4), (2, 3), (5, 1), (6, 0)])
+def test_slice_rows_takes_what_ops_slice_takes(start, length):
+    table = np.arange(24, dtype="float32").reshape(6, 4)
+    want = table[start:start + length]
+    np.testing.assert_array_equal(ops.convert_to_numpy(slice_rows(ops.convert_to_tensor(table), start, length)), want)
+    tensor_start = ops.convert_to_tensor(start, "int32")  # a loop index: through `ops.slice`
+    if length:
+        np.testing.assert_array_equal(ops.convert_to_numpy(slice_rows(table, tensor_start, length)), want)
