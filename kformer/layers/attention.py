@@ -13,14 +13,22 @@ from kformer.layers.position import RotaryEmbedding
 from kformer.layers.slices import write_slice
 
 
-def _attention_path(q, training):
-    """Which of four equal computations attends `q`: "fused", "one_query", "per_head" or "explicit".
+def _attention_path(q, training, k):
+    """Which of four equal computations attends `q` to keys `k`: "fused", "one_query", "per_head" or
+    "explicit".
 
     - "fused" (`ops.dot_product_attention`; flash attention on GPUs) unless:
     - TensorFlow inference with one query (a cached decoding step): "one_query",
       broadcast products and sums instead of einsums over one row. A plain
       TensorFlow graph (TF Serving) ran it 1.5-1.8x faster, XLA 1.2-1.5x
       (docs/BENCHMARKS.md, "One query on TensorFlow").
+    - float32 inference with one query and at most 32,768 key elements
+      (batch x keys x heads x key_dim) on a torch CPU: "one_query" in the
+      tensors' own methods. Eager torch spent 100-250 us a call in
+      `ops.dot_product_attention` (argument handling, the flash check)
+      against 50-150 us at batch 1; with more keys the copy of the cached
+      keys and values that its matmuls need costs more than that saves
+      (docs/BENCHMARKS.md, "Torch's eager step: one-query attention").
     - JAX on a CPU: "per_head", one batched attention a head. XLA:CPU ran
       the fused attention (all heads in one dot) 1.4-1.8x slower, forward
       and backward; the medium encoder's step gained 1.08x
@@ -38,6 +46,10 @@ def _attention_path(q, training):
     """
     backend = keras.backend.backend()
     if backend == "tensorflow" and not training and q.shape[1] == 1:
+        return "one_query"
+    if (backend == "torch" and not training and q.shape[1] == 1 and str(q.device).startswith("cpu")
+            and keras.backend.standardize_dtype(q.dtype) == "float32"
+            and None not in k.shape and math.prod(k.shape) <= 32768):
         return "one_query"
     if backend == "jax" and _first_device_is_cpu():
         return "per_head"
@@ -478,7 +490,7 @@ class MultiHeadAttention(keras.layers.Layer):
         scale = 1.0 / math.sqrt(self.key_dim)
         if return_scores:
             return self._explicit(q, k, v, mask, scale, training)
-        path = _attention_path(q, training)
+        path = _attention_path(q, training, k)
         if path == "per_head":
             return self._per_head(q, k, v, mask, scale, training), None
         if path == "one_query":
@@ -502,6 +514,11 @@ class MultiHeadAttention(keras.layers.Layer):
         from scores `(batch, k_len, heads, 1)`, a product and a sum each way, in float32 (no dropout)."""
         if k.shape[1] == 1:  # one key (the first cached step): its value, softmax's only weight being 1
             return v
+        if keras.backend.backend() == "torch":  # float32 (`_attention_path`): torch's own matmuls
+            scores = (q.transpose(1, 2) * scale) @ k.permute(0, 2, 3, 1)  # (batch, heads, 1, k_len)
+            if mask is not None:
+                scores = scores.masked_fill(~mask[:, None], -1e9)
+            return (scores.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2)
         q, k, values = (ops.cast(x, "float32") for x in (q, k, v))  # no op for float32
         scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)
         probs = ops.softmax(masks.mask_scores(scores, None if mask is None else mask[:, 0, :, None, None]), axis=1)
