@@ -47,7 +47,7 @@ def _attention_path(q, training, k):
     backend = keras.backend.backend()
     if backend == "tensorflow" and not training and q.shape[1] == 1:
         return "one_query"
-    if (backend == "torch" and not training and q.shape[1] == 1 and str(q.device).startswith("cpu")
+    if (backend == "torch" and not training and q.shape[1] == 1 and str(q.device).split(":")[0] == "cpu"
             and keras.backend.standardize_dtype(q.dtype) == "float32"
             and None not in k.shape and math.prod(k.shape) <= 32768):
         return "one_query"
@@ -517,7 +517,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if keras.backend.backend() == "torch":  # float32 (`_attention_path`): torch's own matmuls
             scores = (q.transpose(1, 2) * scale) @ k.permute(0, 2, 3, 1)  # (batch, heads, 1, k_len)
             if mask is not None:
-                scores = scores.masked_fill(~mask[:, None], -1e9)
+                scores = scores.masked_fill(~mask[:, None], masks.MASKED_SCORE)
             return (scores.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2)
         q, k, values = (ops.cast(x, "float32") for x in (q, k, v))  # no op for float32
         scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)

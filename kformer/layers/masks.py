@@ -5,6 +5,8 @@ Shapes: a padding mask is `(batch, seq)`, an attention mask `(batch, q_len, k_le
 
 from keras import ops
 
+MASKED_SCORE = -1e9  # what a masked key's attention score becomes before a softmax
+
 
 def causal_mask(query_length, key_length, start_index=0):
     """Lower-triangular mask `(1, query_length, key_length)`.
@@ -103,4 +105,4 @@ def mask_scores(scores, mask):
     [[1.0, -1000000000.0]]
     """
     scores = ops.cast(scores, "float32")
-    return scores if mask is None else ops.where(mask, scores, ops.cast(-1e9, "float32"))
+    return scores if mask is None else ops.where(mask, scores, ops.cast(MASKED_SCORE, "float32"))
