@@ -126,10 +126,10 @@ def _decode_jpegs(blobs, path):
         image = tf.io.decode_jpeg(blob, channels=3, dct_method="INTEGER_ACCURATE")
         return tf.ensure_shape(image, IMAGE_SHAPES["cifar10"])
 
-    ds = tf.data.Dataset.from_tensor_slices(tf.constant(blobs, tf.string))
-    ds = ds.map(decode, num_parallel_calls=os.cpu_count() or 1, deterministic=True)
-    from kformer.data.preprocessors import data_options
+    from kformer.data.preprocessors import data_options, without_autograph
 
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(blobs, tf.string))
+    ds = ds.map(without_autograph(decode), num_parallel_calls=os.cpu_count() or 1, deterministic=True)
     ds = ds.batch(4096).with_options(data_options())
     try:
         return np.concatenate([batch.numpy() for batch in ds])

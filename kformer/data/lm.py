@@ -84,7 +84,7 @@ def packed_windows(preprocessor, texts, verbose=0):
         raise ValueError("`texts` is empty: a language model needs training text.")
     tokenizer, window = preprocessor.tokenizer, preprocessor.sequence_length + 1
     start, end = tokenizer.token_to_id(START), tokenizer.token_to_id(END)
-    tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text") if verbose else None
     token_lists = []
     for i in range(0, len(texts), 2048):
@@ -117,10 +117,10 @@ def windows_dataset(windows, batch_size, shuffle=False, seed=0):
     """
     import tensorflow as tf
 
-    from kformer.data.preprocessors import data_options
+    from kformer.data.preprocessors import data_options, without_autograph
 
     ds = tf.data.Dataset.from_tensor_slices(windows)
     if shuffle:
         ds = ds.shuffle(len(windows), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size).map(lambda w: (w[:, :-1], w[:, 1:]))
+    ds = ds.batch(batch_size).map(without_autograph(lambda w: (w[:, :-1], w[:, 1:])))
     return ds.prefetch(2).with_options(data_options())

@@ -149,7 +149,7 @@ def _tokenize_sentences(texts, tokenizer, chunk=1024, verbose=0):
     sentences = [split_sentences(t) for t in texts]
     flat = [s for doc in sentences for s in doc]
     # A traced tokenizer is about 2x faster than the eager one.
-    tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    tokenize = tf.function(tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     tokens = []
     progress = keras.utils.Progbar(len(flat), verbose=verbose, unit_name="sentence") if verbose else None
     for start in range(0, len(flat), chunk):
@@ -327,7 +327,7 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
     """
     import tensorflow as tf
 
-    from kformer.data.preprocessors import data_options
+    from kformer.data.preprocessors import data_options, without_autograph
 
     token_ids = np.asarray(arrays["token_ids"], "int32")
     length = token_ids.shape[1]
@@ -352,13 +352,13 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
             shapes = ([None, length], [None, max_masks], [None, max_masks], [None, max_masks])
             return (ids, segments, nsp, *(tf.ensure_shape(t, s) for t, s in zip(out, shapes)))
 
-        ds = ds.map(remask)  # sequential (no num_parallel_calls): one rng, used in order
+        ds = ds.map(without_autograph(remask))  # sequential (no num_parallel_calls): one rng, used in order
 
     def to_inputs(ids, segments, nsp, masked, positions, mask_ids, weights):
         nsp_weights = (tf.ones_like if has_nsp else tf.zeros_like)(nsp, tf.float32)
         return pretraining_inputs(masked, segments, positions, mask_ids, weights, nsp, nsp_weights)
 
-    return ds.map(to_inputs).prefetch(2).with_options(data_options())
+    return ds.map(without_autograph(to_inputs)).prefetch(2).with_options(data_options())
 
 
 def pretraining_inputs(masked, segment_ids, mask_positions, mask_ids, mask_weights, nsp_labels, nsp_weights):

@@ -28,6 +28,24 @@ def data_options():
     return _NO_AUTOTUNE
 
 
+def without_autograph(fn):
+    """`fn` for `Dataset.map`, traced as written (as kformer's `tf.function`s, `autograph=False`).
+
+    kformer's TensorFlow data code has no Python control flow on tensors, and
+    autograph's conversion of it cost seconds on each first trace in a process.
+
+    Args:
+        fn: a function of tensors.
+
+    Example:
+
+    >>> ds = tf.data.Dataset.range(3).map(without_autograph(lambda x: x * 2))
+    >>> [int(x) for x in ds]
+    [0, 2, 4]
+    """
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 def is_text(x):
     """True for a str, a list/tuple of str, a numpy string array or a tf.string tensor.
 
@@ -138,7 +156,7 @@ class Preprocessor(keras.layers.Layer):
         x = self._raw_tensor(x)
         if self._compiled is None:  # text: one trace for every batch size; images: one per shape
             spec = [tf.TensorSpec([None], tf.string)] if x.dtype == tf.string else None
-            self._compiled = tf.function(self.inputs, input_signature=spec)
+            self._compiled = tf.function(self.inputs, input_signature=spec, autograph=False)
         chunks = [self._compiled(x[i:i + chunk_size]) for i in range(0, int(tf.shape(x)[0]), chunk_size)]
         if not chunks:
             raise ValueError("`x` is empty: expected at least one input.")
@@ -151,7 +169,7 @@ class Preprocessor(keras.layers.Layer):
         `tf.data.Dataset` of raw batches is mapped lazily.
         """
         if isinstance(x, tf.data.Dataset):
-            return x.map(self, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
+            return x.map(without_autograph(self), num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
         x = self._raw_tensor(x)
         count = int(tf.shape(x)[0])
         for name, column in (("y", y), ("sample_weight", sample_weight)):
@@ -160,7 +178,7 @@ class Preprocessor(keras.layers.Layer):
                                  f"input. Received: len({name})={len(column)}, len(x)={count}")
         columns = tuple(c for c in (x, y, sample_weight) if c is not None)
         ds = tf.data.Dataset.from_tensor_slices(columns).batch(2048)
-        ds = ds.map(lambda *c: self(*c)).unbatch().cache()
+        ds = ds.map(without_autograph(lambda *c: self(*c))).unbatch().cache()
         if shuffle:
             ds = ds.shuffle(count, seed=seed, reshuffle_each_iteration=True)
         ds = ds.batch(batch_size).apply(tf.data.experimental.assert_cardinality(-(-count // batch_size)))
@@ -483,7 +501,7 @@ class ImageClassifierPreprocessor(Preprocessor):
         """As `Preprocessor.dataset`; `augment` (a Keras preprocessing `Pipeline`) runs on training batches."""
         ds = super().dataset(x, y, sample_weight, batch_size=batch_size, shuffle=shuffle, seed=seed)
         if augment is not None:
-            ds = ds.map(lambda x, *rest: (augment(x, training=True), *rest))
+            ds = ds.map(without_autograph(lambda x, *rest: (augment(x, training=True), *rest)))
         return ds
 
     def get_config(self):

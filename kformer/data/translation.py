@@ -249,7 +249,7 @@ def bucketed_dataset(preprocessor, sources, targets, batch_size, shuffle=False, 
     """
     import tensorflow as tf
 
-    from kformer.data.preprocessors import data_options
+    from kformer.data.preprocessors import data_options, without_autograph
 
     if len(sources) != len(targets) or not sources:
         raise ValueError("`sources` and `targets` must be non-empty and of the same length. "
@@ -267,7 +267,7 @@ def bucketed_dataset(preprocessor, sources, targets, batch_size, shuffle=False, 
     ds = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
     if shuffle:
         ds = ds.shuffle(len(sources), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.map(teacher_forcing).bucket_by_sequence_length(
+    ds = ds.map(without_autograph(teacher_forcing)).bucket_by_sequence_length(
         lambda inputs, labels: tf.maximum(tf.shape(inputs["encoder_token_ids"])[0], tf.shape(labels)[0]),
         bucket_boundaries=[n + 1 for n in bucket_lengths(length)],  # bucket i: length < boundary
         bucket_batch_sizes=[batch_size] * (len(bucket_lengths(length)) + 1),

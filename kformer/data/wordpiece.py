@@ -335,7 +335,7 @@ class WordPieceTokenizer(keras.layers.Layer):
         compiled = _ENCODERS.setdefault(self, {})
         if key not in compiled:  # one trace per setting, reused across calls
             compiled[key] = tf.function(lambda t: self(t, sequence_length, prefix, suffix, truncation),
-                                        input_signature=[tf.TensorSpec([None], tf.string)])
+                                        input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         fn = compiled[key]
         texts = list(texts)
         chunks = [fn(tf.constant(texts[i:i + chunk_size], tf.string)).numpy()

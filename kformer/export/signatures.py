@@ -63,7 +63,8 @@ def translate(strategy, jit_compile=False):
                                  max_length_ratio=options.get("max_length_ratio"),
                                  max_length_offset=options.get("max_length_offset", 10), xla=jit_compile)
         if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
-            decode = tf.function(decode, jit_compile=True, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            decode = tf.function(decode, jit_compile=True, autograph=False,
+                                 input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
         def translate_text(text):
             source = preprocessor.inputs(text)["encoder_token_ids"]
