@@ -4,17 +4,14 @@ The task brings its preprocessor (tokenizers, packing, image resizing) and
 its signatures (`kformer.export.signatures.SIGNATURES[task.task_type]`). On
 the TensorFlow backend the endpoints are traced in this process. On JAX and
 PyTorch the task is saved to a `.keras` file and re-exported by a
-TensorFlow-backend subprocess (`python -m kformer.export`): jax2tf cannot
-carry the string ops and the in-graph decoding loop, and Keras has no
-SavedModel export for torch. The weights are the same on every backend
+TensorFlow-backend process (`kformer.export.worker`, started by the first
+export and reused by the next): jax2tf cannot carry the string ops and the
+in-graph decoding loop, and Keras has no SavedModel export for torch. The weights are the same on every backend
 (`.keras` files reload across backends to 1e-5, tested).
 """
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 import keras
@@ -115,16 +112,13 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
 
 
 def _write_in_tensorflow_process(task, options, directory):
+    from kformer.export.worker import write_in_tensorflow
+
     with tempfile.TemporaryDirectory(prefix="kformer-export-") as stage:
         stage = pathlib.Path(stage)
         task.save(stage / "model.keras")
         (stage / "options.json").write_text(json.dumps(options))
-        env = dict(os.environ, KERAS_BACKEND="tensorflow")
-        result = subprocess.run([sys.executable, "-m", "kformer.export", str(stage), str(directory)],
-                                env=env, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"Export under the TensorFlow backend failed (exit {result.returncode}):\n"
-                               f"{result.stderr[-3000:]}")
+        write_in_tensorflow(stage, directory)
 
 
 def default_preprocessor(task):

@@ -1,9 +1,11 @@
 """Exports for TF Serving, checked by a client process that has only TensorFlow."""
 
+import os
 import pathlib
 import pickle
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -334,6 +336,68 @@ def test_warmup_requests_cover_every_signature(served):
         logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in records]
         signatures = {log.predict_log.request.model_spec.signature_name for log in logs}
         assert signatures == set(tf.saved_model.load(path).signatures.keys()), path
+
+
+worker_exports = pytest.mark.skipif(EVERY_TASK, reason="TensorFlow exports in this process, without the worker")
+
+
+@worker_exports
+def test_one_tensorflow_worker_writes_every_export_and_names_a_failure(served, tmp_path):
+    from kformer.export import worker
+
+    pid = worker._WORKER["process"].pid  # the fixture's exports started it
+    with pytest.raises(RuntimeError, match="(?s)Traceback.*model.keras does not exist"):
+        worker.write_in_tensorflow(tmp_path, tmp_path / "out")
+    path = export.export_for_serving(models.vit(preset="vit_tiny"), tmp_path / "vit", warmup_requests=False)
+    assert (path / "saved_model.pb").is_file() and not (tmp_path / "out").exists()
+    assert worker._WORKER["process"].pid == pid
+
+
+@pytest.mark.only_backend("torch")
+def test_a_dead_worker_is_reported_with_its_log_then_replaced(tmp_path, monkeypatch):
+    from kformer.export import worker
+
+    process, log = worker._running_worker()
+    process.stdin.write("not a request\n")
+    process.stdin.flush()
+    assert process.wait(timeout=120) == 1
+    monkeypatch.setattr(worker, "_running_worker", lambda: (process, log))  # as if it died in a request
+    with pytest.raises(RuntimeError, match=r"(?s)process exited \(1\).*JSONDecodeError"):
+        worker.write_in_tensorflow(tmp_path, tmp_path / "out")
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="model.keras does not exist"):  # answered by a new worker
+        worker.write_in_tensorflow(tmp_path, tmp_path / "out")
+    assert worker._WORKER["process"].pid != process.pid
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.skipif(not pathlib.Path("/proc/self").exists(), reason="reads /proc")
+def test_the_worker_stops_mid_export_when_its_starter_dies():
+    watch = ("import os, threading; from kformer.export.worker import _exit_with; "
+             "threading.Thread(target=_exit_with, args=(os.getppid(),)).start(); print('watching', flush=True)")
+    starter = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; child = subprocess.Popen("
+                                f"[sys.executable, '-c', {watch!r}]); print(child.pid, flush=True); time.sleep(600)"],
+                               stdout=subprocess.PIPE, text=True)
+    child = int(starter.stdout.readline())
+    try:
+        assert starter.stdout.readline().strip() == "watching"
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the watched process outlived the process that started it"
+    finally:
+        if _alive(child):
+            os.kill(child, 9)
+
+
+def _alive(pid):
+    """Running: neither gone nor a zombie."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @tf_exports_only  # versioning is backend-independent (tests/reliability covers its edge cases)

@@ -1,0 +1,134 @@
+"""The TensorFlow process that writes SavedModels for JAX and torch sessions.
+
+An export from JAX or torch runs in a TensorFlow-backend process (see
+`kformer.export.serving`). Starting one costs about 8 s of imports on a
+2-core CPU, so the first export starts a worker and later exports from the
+same process reuse it. The worker reads one request a line on stdin, answers
+one JSON line on its own pipe, and exits when this process closes its stdin
+or dies (then a write in progress stops; its `.tmp-*` folder is removed by
+the next `write_new_version` in that folder).
+"""
+
+import atexit
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+_LOCK = threading.Lock()
+_WORKER = {}  # "process", "log" (its stderr, a file), "owner" (the pid that started it)
+LOG_TAIL = 3000  # characters of the worker's log in an error
+
+
+def write_in_tensorflow(stage, directory):
+    """Export `stage/model.keras` with `stage/options.json` to `directory` in the TensorFlow worker.
+
+    Args:
+        stage: path of a folder holding `model.keras` and `options.json`.
+        directory: path of the SavedModel folder to write (empty or new).
+
+    Raises:
+        RuntimeError: the export failed; the message holds the worker's
+            traceback, or the end of its log if it died.
+    """
+    request = json.dumps({"stage": os.path.abspath(stage), "directory": os.path.abspath(directory)})
+    with _LOCK:
+        process, log = _running_worker()
+        try:
+            process.stdin.write(request + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+        except OSError:  # a broken pipe: the worker is gone
+            line = ""
+        if not line:  # the worker died: the next export starts a new one
+            _WORKER.clear()
+            raise RuntimeError(f"Export under the TensorFlow backend failed: its process exited "
+                               f"({process.wait()}). The end of its log:\n{_tail(log)}")
+    answer = json.loads(line)
+    if not answer["ok"]:
+        raise RuntimeError(f"Export under the TensorFlow backend failed:\n{answer['error'][-LOG_TAIL:]}")
+
+
+def _running_worker():
+    """`(process, log path)` of the worker, started on first use (and anew in a forked child)."""
+    process = _WORKER.get("process")
+    if process is None or process.poll() is not None or _WORKER["owner"] != os.getpid():
+        handle, log = tempfile.mkstemp(prefix="kformer-export-worker-", suffix=".log")
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        process = subprocess.Popen([sys.executable, "-m", "kformer.export", "--worker"], env=env, text=True,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=handle)
+        os.close(handle)  # the worker has its own
+        atexit.register(_stop, process, log, os.getpid())
+        _WORKER.update(process=process, log=log, owner=os.getpid())
+    return _WORKER["process"], _WORKER["log"]
+
+
+def _stop(process, log, owner):
+    """At exit of the process that started it: end the worker's input (it exits when it has read it
+    all) and remove its log."""
+    if os.getpid() == owner:
+        try:
+            process.stdin.close()
+        except OSError:  # it died with a request unread
+            pass
+        pathlib.Path(log).unlink(missing_ok=True)
+
+
+def _tail(log):
+    with open(log, "rb") as f:
+        f.seek(max(0, os.path.getsize(log) - LOG_TAIL))
+        return f.read().decode(errors="replace")
+
+
+def export_stage(stage, directory):
+    """Load `stage/model.keras` and write its SavedModel with `stage/options.json` to `directory`
+    (the TensorFlow backend)."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(f"The export process needs KERAS_BACKEND=tensorflow. Received: {keras.backend.backend()}")
+    from kformer import models
+    from kformer.export.serving import default_preprocessor
+    from kformer.export.signatures import write_saved_model
+
+    stage = pathlib.Path(stage)
+    task = models.load(stage / "model.keras")
+    options = json.loads((stage / "options.json").read_text())
+    write_saved_model(task, default_preprocessor(task), options, directory)
+
+
+def serve():
+    """The worker's loop (`python -m kformer.export --worker`, TensorFlow backend).
+
+    Each stdin line is `{"stage": ..., "directory": ...}`; each answer is
+    `{"ok": true}` or `{"ok": false, "error": traceback}` on the process's
+    original stdout, while prints and logs go to stderr.
+    """
+    import keras
+
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # TensorFlow's and Keras's prints go to the log, not into the answers
+    parent = os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            export_stage(request["stage"], request["directory"])
+            answer = {"ok": True}
+        except Exception:
+            answer = {"ok": False, "error": traceback.format_exc()}
+        keras.utils.clear_session()  # names and traces of this export do not reach the next
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+def _exit_with(parent):
+    """Stop the worker, mid-export too, once the process that started it is gone."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
