@@ -23,6 +23,7 @@ import traceback
 _LOCK = threading.Lock()
 _WORKER = {}  # "process", "log" (its stderr, a file), "owner" (the pid that started it)
 LOG_TAIL = 3000  # characters of the worker's log in an error
+ANSWER = "kformer-export-answer: "  # what starts each answer line
 
 
 def write_in_tensorflow(stage, directory):
@@ -43,13 +44,15 @@ def write_in_tensorflow(stage, directory):
             process.stdin.write(request + "\n")
             process.stdin.flush()
             line = process.stdout.readline()
+            while line and not line.startswith(ANSWER):  # anything printed while kformer was imported
+                line = process.stdout.readline()
         except OSError:  # a broken pipe: the worker is gone
             line = ""
         if not line:  # the worker died: the next export starts a new one
             _WORKER.clear()
             raise RuntimeError(f"Export under the TensorFlow backend failed: its process exited "
                                f"({process.wait()}). The end of its log:\n{_tail(log)}")
-    answer = json.loads(line)
+    answer = json.loads(line[len(ANSWER):])
     if not answer["ok"]:
         raise RuntimeError(f"Export under the TensorFlow backend failed:\n{answer['error'][-LOG_TAIL:]}")
 
@@ -105,14 +108,14 @@ def export_stage(stage, directory):
 def serve():
     """The worker's loop (`python -m kformer.export --worker`, TensorFlow backend).
 
-    Each stdin line is `{"stage": ..., "directory": ...}`; each answer is
-    `{"ok": true}` or `{"ok": false, "error": traceback}` on the process's
-    original stdout, while prints and logs go to stderr.
+    Each stdin line is `{"stage": ..., "directory": ...}`; each answer is a
+    line on the process's original stdout, `ANSWER` then `{"ok": true}` or
+    `{"ok": false, "error": traceback}`, while prints and logs go to stderr.
     """
-    import keras
-
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # TensorFlow's and Keras's prints go to the log, not into the answers
+    import keras
+
     parent = os.getppid()
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     for line in sys.stdin:
@@ -123,7 +126,7 @@ def serve():
         except Exception:
             answer = {"ok": False, "error": traceback.format_exc()}
         keras.utils.clear_session()  # names and traces of this export do not reach the next
-        answers.write(json.dumps(answer) + "\n")
+        answers.write(ANSWER + json.dumps(answer) + "\n")
         answers.flush()
 
 
