@@ -22,7 +22,7 @@ TEXTS = ["An absolutely wonderful film.", "", "terrible " * 400, "The acting was
 PROMPTS = ["The movie was", "", "terrible " * 40]  # the last is cut to max_length - 1 tokens
 CLASSES = ["negative", "positive"]
 DIGITS = [str(i) for i in range(10)]
-# On JAX and torch every export goes through the same TensorFlow subprocess (kformer.export),
+# On JAX and torch every export goes through the same TensorFlow worker (kformer.export.worker),
 # which writes the same signatures as on TensorFlow. There the classifier and one decoding
 # export check that path (the translator on JAX, the language model on torch); TensorFlow
 # checks every task's signatures.

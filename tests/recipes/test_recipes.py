@@ -112,7 +112,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
 # Bad flags: one table for every recipe in tests/reliability/test_recipe_flags.py.
 
 
-@pytest.mark.only_backend("jax")  # exports through the TensorFlow subprocess
+@pytest.mark.only_backend("jax")  # exports through the TensorFlow worker process
 def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     run_dir = train_gpt.main(COMMON + [
         "--vocabulary-size=300", "--sequence-length=32", "--sample-length=12", "--batch-size=16",
