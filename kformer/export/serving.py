@@ -6,8 +6,9 @@ the TensorFlow backend the endpoints are traced in this process. On JAX and
 PyTorch the task is saved to a `.keras` file and re-exported by a
 TensorFlow-backend process (`kformer.export.worker`, started by the first
 export and reused by the next): jax2tf cannot carry the string ops and the
-in-graph decoding loop, and Keras has no SavedModel export for torch. The weights are the same on every backend
-(`.keras` files reload across backends to 1e-5, tested).
+in-graph decoding loop, and Keras has no SavedModel export for torch. The
+weights are the same on every backend (`.keras` files reload across
+backends to 1e-5, tested).
 """
 
 import json

@@ -372,7 +372,8 @@ def test_a_dead_worker_is_reported_with_its_log_then_replaced(tmp_path, monkeypa
 
 @pytest.mark.only_backend("jax")
 @pytest.mark.skipif(not pathlib.Path("/proc/self").exists(), reason="reads /proc")
-def test_the_worker_stops_mid_export_when_its_starter_dies():
+def test_the_workers_watch_ends_a_process_whose_starter_died():
+    """The worker runs this watch in a thread, so it stops in the middle of an export too."""
     watch = ("import os, threading; from kformer.export.worker import _exit_with; "
              "threading.Thread(target=_exit_with, args=(os.getppid(),)).start(); print('watching', flush=True)")
     starter = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; child = subprocess.Popen("
