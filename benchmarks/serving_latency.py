@@ -18,11 +18,13 @@ decode the same tokens, checked). Requests are real bundled test reviews
   `model.predict(ids)` (classifier) / `kformer.models.generate` (translator);
 - keras predict_on_batch: the same with `predict_on_batch` (classifier).
 p50/p99 over `--single` one-review requests after 5 warm-ups; throughput =
-64 / median time of `--batches` batch-64 requests.
+64 / median time of `--batches` batch-64 requests. The exports go to a
+temporary folder, removed at the end unless `--keep-exports`.
 """
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -60,6 +62,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--single", type=int, default=200)
     p.add_argument("--batches", type=int, default=10)
+    p.add_argument("--keep-exports", action="store_true", help="keep the two SavedModels (removed by default)")
     args = p.parse_args()
     keras.utils.set_random_seed(0)
     train_texts = imdb.load_split("train", max_examples=2000)[0]
@@ -68,6 +71,15 @@ def main():
     batches = [texts[i * 64:(i + 1) * 64] for i in range(args.batches)]
     out = tempfile.mkdtemp(prefix="serving-latency-")
     print(f"backend={keras.backend.backend()} exports in {out}", flush=True)
+    try:
+        measure(out, train_texts, singles, batches)
+    finally:
+        if not args.keep_exports:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def measure(out, train_texts, singles, batches):
+    """Export both models under `out`, then print each row and the ratios."""
     rows = []
 
     tokenizer = WordPieceTokenizer.learn(train_texts, 8000)

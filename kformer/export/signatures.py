@@ -25,7 +25,9 @@ Args:
     inputs: dict input name -> (tf dtype, shape).
     outputs: tuple of output names.
     endpoint: callable `(task, preprocessor, options) -> fn(*inputs) -> dict of outputs`.
-    warmup: callable `() -> {input name: numpy array}`, one real request.
+    warmup: callable `() -> {input name: numpy array}`, one real request, or
+        `() -> [request, ...]` (an XLA signature: one per batch size to
+        compile while TF Serving loads the model).
     option: str or None. An export option that must be true for this
         signature to be written (`None`: always written).
 
@@ -68,11 +70,29 @@ def translate(strategy, jit_compile=False):
 
         def translate_text(text):
             source = preprocessor.inputs(text)["encoder_token_ids"]
-            if not jit_compile:  # drop all-padding columns (XLA would compile each new width)
-                source = source[:, :_used_width(source)]
-            return {"translation": preprocessor.target_tokenizer.detokenize(decode(source))}
+            rows = tf.shape(source)[0]
+            if jit_compile:  # XLA compiles each new batch size: run a few sizes, as `generate` does
+                ids = decode(_repeat_last_row(source, _batch_bucket(rows)))[:rows]
+            else:  # drop all-padding columns (XLA would compile each new width)
+                ids = decode(source[:, :_used_width(source)])
+            return {"translation": preprocessor.target_tokenizer.detokenize(ids)}
         return translate_text
     return make
+
+
+def _batch_bucket(rows):
+    """`kformer.models.generate.batch_bucket` in TensorFlow ops: an int32 scalar."""
+    from kformer.models.generate import BATCH_MULTIPLE as multiple, batch_bucket
+
+    powers = tf.constant([batch_bucket(n) for n in range(1, multiple + 1)], tf.int32)
+    small = tf.gather(powers, tf.clip_by_value(rows - 1, 0, multiple - 1))
+    return tf.where(rows <= multiple, small, (rows + multiple - 1) // multiple * multiple)
+
+
+def _repeat_last_row(ids, rows):
+    """`ids` `(n, width)` with its last row repeated up to `rows` rows (`n` when it has as many)."""
+    extra = tf.maximum(rows - tf.shape(ids)[0], 0)
+    return tf.concat([ids, tf.repeat(ids[-1:], extra, axis=0)], axis=0)
 
 
 def _used_width(ids):
@@ -154,13 +174,15 @@ def _png():
 TEXT = {"text": (tf.string, [None])}
 TEXT_WARMUP = lambda: {"text": np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)}  # noqa: E731
 PROMPT_WARMUP = lambda: {"prompt": np.array([b"The movie was", b""], dtype=object)}  # noqa: E731
+# XLA compiles the loop per batch size (`batch_bucket`): one sentence and two, compiled at load.
+XLA_TEXT_WARMUP = lambda: [{"text": np.array([WARMUP_TEXTS[0].encode()], dtype=object)}, TEXT_WARMUP()]  # noqa: E731
 SIGNATURES = {
     "text_classification": (
         Signature("serving_default", TEXT, LABEL_OUTPUTS, classify_text, TEXT_WARMUP),),
     "translation": (
         Signature("serving_default", TEXT, ("translation",), translate("greedy"), TEXT_WARMUP),
         Signature("translate_beam", TEXT, ("translation",), translate("beam"), TEXT_WARMUP),
-        Signature("translate_xla", TEXT, ("translation",), translate("greedy", jit_compile=True), TEXT_WARMUP,
+        Signature("translate_xla", TEXT, ("translation",), translate("greedy", jit_compile=True), XLA_TEXT_WARMUP,
                   option="xla")),
     "text_generation": (
         Signature("serving_default", {"prompt": (tf.string, [None])}, ("completion", "text"),

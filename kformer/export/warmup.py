@@ -8,8 +8,13 @@ from kformer.export.signatures import signatures_of
 
 
 def requests(task_type, options=None):
-    """`[(signature_name, {input_name: numpy array})]`: one small real request per exported signature."""
-    return [(signature.name, signature.warmup()) for signature in signatures_of(task_type, options)]
+    """`[(signature_name, {input_name: numpy array})]`: small real requests, one per exported signature
+    (an XLA signature: one per batch size it should compile at load)."""
+    pairs = []
+    for signature in signatures_of(task_type, options):
+        inputs = signature.warmup()
+        pairs += [(signature.name, one) for one in (inputs if isinstance(inputs, list) else [inputs])]
+    return pairs
 
 
 def write(directory, task_type, model_name, options=None):

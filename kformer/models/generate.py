@@ -23,6 +23,7 @@ from kformer.models.decoders import NEG_INF, adapter
 
 STRATEGIES = ("greedy", "beam", "top_k", "top_p")
 MAX_LENGTH_CAP = 8192  # bound for models without learned positions (sinusoidal, rotary)
+BATCH_MULTIPLE = 16  # compiled loops run batches of 1, 2, 4, 8, 16, then multiples of 16 rows
 
 
 def filter_logits(logits, strategy, k, p, temperature):
@@ -224,7 +225,9 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     alone); returns the prompt followed by the generated tokens, through the
     first `end_token_id` (if any), then 0. Decoding stops early once every
     row has ended. The loop is compiled once per setting (XLA on TensorFlow
-    and JAX) and reused.
+    and JAX) and reused; there XLA also compiles once per shape, so a batch
+    runs at `batch_bucket(batch)` rows (its last row repeated) and sources
+    at a multiple of 16 tokens: 3 sentences, then 4, compile once.
 
     Args:
         model: a `Translator` or a `CausalLM`.
@@ -287,9 +290,12 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
         _COMPILED[key] = (model, generator)
     width = config["max_length"] + (decoder.family == "translator")
-    noise = np.random.default_rng(seed).random((len(ids), width)).astype("float32")
+    rows = len(ids)
+    noise = np.random.default_rng(seed).random((rows, width)).astype("float32")
+    if keras.backend.backend() != "torch":  # XLA compiles once per batch size: a few sizes, not every one
+        ids, noise = (repeat_last_row(a, batch_bucket(rows)) for a in (ids, noise))
     out = _COMPILED[key][1].predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
-    return np.asarray(ops.convert_to_numpy(out), "int32")
+    return np.asarray(ops.convert_to_numpy(out), "int32")[:rows]
 
 
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
@@ -327,6 +333,49 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
     config.pop("seed")
     return lambda token_ids, noise=None: _run(decoder, token_ids, noise, config, xla=bool(xla))
+
+
+def batch_bucket(rows, multiple=BATCH_MULTIPLE):
+    """The batch size a compiled loop runs `rows` rows at: the next power of two up to `multiple`,
+    then the next multiple of it (20 sizes, so at most 20 compiles, up to 256 rows).
+
+    Args:
+        rows: int >= 0. The rows asked for.
+        multiple: int. A power of two. Defaults to `16`.
+
+    Returns:
+        int >= `rows`.
+
+    Example:
+
+    >>> [batch_bucket(n) for n in (1, 3, 5, 16, 17, 40)]
+    [1, 4, 8, 16, 32, 48]
+    """
+    if rows <= multiple:
+        return 1 << max(rows - 1, 0).bit_length()
+    return -(-rows // multiple) * multiple
+
+
+def repeat_last_row(array, rows):
+    """`array` `(n, ...)` with its last row repeated up to `rows` rows.
+
+    A copied row decodes and ends as its original does, so padding a batch
+    this way never makes the decoding loop run longer (a row of zeros could).
+
+    Args:
+        array: numpy `(n, ...)`, `n >= 1`.
+        rows: int. Rows wanted; `array` is returned as is when it has as many.
+
+    Returns:
+        numpy `(max(n, rows), ...)`.
+
+    Example:
+
+    >>> repeat_last_row(np.array([[1, 2], [3, 4]]), 3).tolist()
+    [[1, 2], [3, 4], [3, 4]]
+    """
+    extra = rows - len(array)
+    return np.concatenate([array, np.repeat(array[-1:], extra, axis=0)]) if extra > 0 else array
 
 
 def _pad_width(ids, limit, multiple=16):

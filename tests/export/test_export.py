@@ -107,6 +107,9 @@ def _export_translator(tokenizer, base, text, add):
                                     **limit)
         add(path, signature, text, {"translation": np.array([t.encode() for t in want], dtype=object)},
             with_xla=signature == "translate_xla")
+    # Three texts: XLA's loop runs four rows (`batch_bucket`), the last repeated, and answers three.
+    add(path, "translate_xla", {"text": text["text"][:3]},
+        {"translation": np.array([t.encode() for t in want[:3]], dtype=object)}, with_xla=True)
 
 
 def _export_gpt(tokenizer, base, add):
@@ -198,7 +201,7 @@ def test_each_signature_is_traced_once(tokenizer, tmp_path, monkeypatch):
 @exported("translator")
 def test_translations_equal_generate(served):
     pairs = [(w, g) for (p, _, _), w, g in zip(*served) if "translator" in p]
-    assert len(pairs) == 3  # greedy, beam (both without XLA), greedy compiled by XLA
+    assert len(pairs) == 4  # greedy, beam (both without XLA), greedy compiled by XLA, and of three texts
     for want, got in pairs:
         assert got["translation"].tolist() == want["translation"].tolist()
 

@@ -1,3 +1,5 @@
+import importlib
+
 import keras
 import numpy as np
 import pytest
@@ -52,6 +54,19 @@ def test_cached_greedy_equals_compiled_recompute(translator):
     kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
     np.testing.assert_array_equal(models.generate(translator, SOURCE, **kwargs),
                                   models.generate(translator, SOURCE, use_cache=False, **kwargs))
+
+
+def test_a_batch_runs_at_its_bucket_and_each_row_decodes_as_alone(translator, monkeypatch):
+    generate_module = importlib.import_module("kformer.models.generate")
+    rows, real = [], generate_module._Generator.predict_on_batch
+    monkeypatch.setattr(generate_module._Generator, "predict_on_batch",
+                        lambda self, x: rows.append(len(x["token_ids"])) or real(self, x))
+    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
+    together = models.generate(translator, SOURCE, **kwargs)
+    alone = [models.generate(translator, SOURCE[i:i + 1], **kwargs)[0] for i in range(len(SOURCE))]
+    np.testing.assert_array_equal(together, np.stack(alone))
+    compiled = keras.backend.backend() != "torch"  # XLA: 3 rows run as 4, the last repeated
+    assert rows == [4 if compiled else 3, 1, 1, 1]
 
 
 def ngram_repeats(row, n):
