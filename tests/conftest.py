@@ -1,4 +1,6 @@
+import contextlib
 import gc
+import glob
 import json
 import os
 import pathlib
@@ -43,6 +45,13 @@ FILE_SECONDS = pathlib.Path(__file__).with_name("file_durations.json")
 UNMEASURED_SECONDS = 10.0  # a file added since the last measurement
 
 
+# TFDS makes an empty `tmp*tfds` folder each time it builds a dataset with no prepared files
+# (`DatasetInfo.initialize_from_bucket`, offline) and never removes it: the mock-data tests
+# remove the ones made during the run.
+_TFDS_LITTER = os.path.join(tempfile.gettempdir(), "tmp*tfds")
+_TFDS_BEFORE = set(glob.glob(_TFDS_LITTER))
+
+
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # xdist: keep our order (below), not its test count
         config.option.loadscopereorder = False
@@ -56,6 +65,9 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _JAX_CACHE is not None:  # the process that made it (the xdist controller, or a lone pytest)
         shutil.rmtree(_JAX_CACHE, ignore_errors=True)
+    for folder in set(glob.glob(_TFDS_LITTER)) - _TFDS_BEFORE:
+        with contextlib.suppress(OSError):  # empty ones only
+            os.rmdir(folder)
 
 
 def pytest_collection_modifyitems(config, items):
