@@ -79,8 +79,8 @@ def parse_args(argv=None):
 
 
 def attention_example(sources, words=8):
-    """A test sentence of about `words` words, for the cross-attention figure (the model's own translation)."""
-    return min(sources[:200], key=lambda s: (abs(len(s.split()) - words), s))
+    """The index of a test sentence of about `words` words, for the cross-attention figure."""
+    return min(range(min(len(sources), 200)), key=lambda i: (abs(len(sources[i].split()) - words), sources[i]))
 
 
 def main(argv=None):
@@ -126,6 +126,7 @@ def main(argv=None):
     limit = {"max_length_ratio": args.max_length_ratio or None, "max_length_offset": args.max_length_offset}
     hypotheses = model.translate(test_sources, strategy="beam" if args.num_beams > 1 else "greedy",
                                  num_beams=args.num_beams, no_repeat_ngram_size=args.no_repeat_ngram_size, **limit)
+    example = attention_example(test_sources)  # its figure shows the translation decoded here
     bleu = sacrebleu.corpus_bleu(hypotheses, [test_targets], lowercase=True)
     chrf = sacrebleu.corpus_chrf(hypotheses, [[t.lower() for t in test_targets]])
     seen = set(sources)
@@ -152,8 +153,8 @@ def main(argv=None):
         export_options={"num_beams": max(4, args.num_beams), "no_repeat_ngram_size": args.no_repeat_ngram_size,
                         "xla": args.serving_xla, **limit},
         log=work_dir / "training_log.csv",
-        attention=lambda: viz.plot_attention(model, [attention_example(test_sources)], layer=-1,
-                                             attention="cross")))
+        attention=lambda: viz.plot_attention(model, [test_sources[example]], targets=[hypotheses[example]],
+                                             layer=-1, attention="cross")))
     for sample in metrics["samples"][:3]:
         print(f"  {sample['source']!r} -> {sample['translation']!r} (reference {sample['reference']!r})")
     print(f"test BLEU {bleu.score:.2f}, chrF {chrf.score:.2f} on {len(test_sources)} pairs "
