@@ -70,8 +70,8 @@ def translate(strategy, jit_compile=False):
 
         def translate_text(text):
             source = preprocessor.inputs(text)["encoder_token_ids"]
-            rows = tf.shape(source)[0]
             if jit_compile:  # XLA compiles each new batch size: run a few sizes, as `generate` does
+                rows = tf.shape(source)[0]
                 ids = decode(_repeat_last_row(source, _batch_bucket(rows)))[:rows]
             else:  # drop all-padding columns (XLA would compile each new width)
                 ids = decode(source[:, :_used_width(source)])

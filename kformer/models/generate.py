@@ -284,15 +284,16 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     else:
         ids = _pad_width(ids, config["max_length"])
     key = (id(model), tuple(sorted(config.items())))
+    xla = keras.backend.backend() != "torch"
     if key not in _COMPILED:
         generator = _Generator(model, config)
-        generator.compile(jit_compile=keras.backend.backend() != "torch")
+        generator.compile(jit_compile=xla)
         _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
         _COMPILED[key] = (model, generator)
     width = config["max_length"] + (decoder.family == "translator")
     rows = len(ids)
     noise = np.random.default_rng(seed).random((rows, width)).astype("float32")
-    if keras.backend.backend() != "torch":  # XLA compiles once per batch size: a few sizes, not every one
+    if xla:  # XLA compiles once per batch size: a few sizes, not every one
         ids, noise = (repeat_last_row(a, batch_bucket(rows)) for a in (ids, noise))
     out = _COMPILED[key][1].predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
     return np.asarray(ops.convert_to_numpy(out), "int32")[:rows]
