@@ -202,7 +202,9 @@ class TransformerDecoderBlock(TransformerBlock):
             index: int or scalar tensor.
             weights: `decoding_weights()` (not None).
             cross_cache: `(batch, 2, source_len, heads, key_dim)` with cross-attention.
-            encoder_padding_mask: bool `(batch, source_len)` or None.
+            encoder_padding_mask: bool `(batch, source_len)`, its
+                `masks.key_padding_mask` `(batch, 1, source_len)` made once
+                per decoding call, or None.
 
         Returns:
             `(x, cache)`.

@@ -394,7 +394,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 and values there and attend causally (query `i` sees keys
                 `<= cache_update_index + i`). `None`: attend the whole cache
                 (cross-attention over `compute_cache`'s keys and values).
-            key_mask: bool `(batch, max_len)` or None: keys that may be attended.
+            key_mask: bool `(batch, max_len)` or None: keys that may be attended;
+                or `masks.key_padding_mask(key_mask)` `(batch, 1, max_len)`,
+                made once outside a decoding loop and used as it is.
             weights: `flat_weights()` made once per decoding call, or None
                 (each projection's own kernel).
 
@@ -424,11 +426,13 @@ class MultiHeadAttention(keras.layers.Layer):
             cut = index is not None and isinstance(q_len, int)  # known now (eager): attend the written keys only
             if cut:
                 k, v = k[:, : index + q_len], v[:, : index + q_len]
-                key_mask = None if key_mask is None else key_mask[:, : index + q_len]
+                key_mask = None if key_mask is None else key_mask[..., : index + q_len]
             if not (cut and q_len == 1):  # one new token sees every written key: no mask
                 mask = masks.causal_mask(q_len, ops.shape(k)[1], cache_update_index)
-        if key_mask is not None:
-            keys = ops.cast(key_mask, "bool")[:, None, :]
+        if key_mask is not None and len(key_mask.shape) == 3 and mask is None:
+            mask = key_mask  # prepared by masks.key_padding_mask: no mask ops a step
+        elif key_mask is not None:
+            keys = key_mask if len(key_mask.shape) == 3 else ops.cast(key_mask, "bool")[:, None, :]
             mask = masks.allow_empty_rows(keys if mask is None else ops.logical_and(mask, keys))
         output, _ = self._attend(q, k, v, mask, False, False)
         return self._project("output", output, weights), cache

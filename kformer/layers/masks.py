@@ -88,6 +88,28 @@ def allow_empty_rows(attention_mask):
     return ops.logical_or(attention_mask, ops.logical_not(has_key))
 
 
+def key_padding_mask(key_mask):
+    """A key padding mask as an attention mask for any query, made once and reused.
+
+    What `MultiHeadAttention.cached_call` builds from a `(batch, k_len)`
+    `key_mask` on every call, so a decoding loop can build it once outside
+    the loop and pass this as `key_mask` each step.
+
+    Args:
+        key_mask: `(batch, k_len)`, True (or nonzero) for keys that may be attended.
+
+    Returns:
+        bool `(batch, 1, k_len)`: all-padding rows opened (`allow_empty_rows`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> np.asarray(key_padding_mask(np.array([[1, 1, 0], [0, 0, 0]]))).astype(int).tolist()
+    [[[1, 1, 0]], [[1, 1, 1]]]
+    """
+    return allow_empty_rows(ops.cast(key_mask, "bool")[:, None, :])
+
+
 def mask_scores(scores, mask):
     """Attention scores in float32, those outside `mask` set to -1e9 (before a softmax).
 

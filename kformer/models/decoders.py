@@ -8,6 +8,7 @@ cache-free reference) and `repeat` (copies per beam). Only `keras.ops`.
 
 from keras import ops
 
+from kformer.layers import masks
 from kformer.layers.checks import has_plain_weights
 from kformer.layers.linear import linear
 from kformer.layers.slices import slice_rows
@@ -23,6 +24,18 @@ def adapter(model):
         return CausalDecoder(model)
     raise ValueError("`model` must be a kformer `Translator` or `CausalLM` (built by `kformer.models` or "
                      f"loaded with `kformer.models.load`). Received: {type(model).__name__}")
+
+
+def cross_mask(source_mask):
+    """The source padding `(batch, source_len)` as the cross-attention mask of every cached step,
+    built once per call (`masks.key_padding_mask`), or None where no source token is padding and
+    that is known now (torch's eager loop: the cross-attention then runs unmasked)."""
+    try:
+        if bool(ops.convert_to_numpy(ops.all(source_mask))):
+            return None
+    except Exception:  # noqa: BLE001 (traced in a compiled loop: TF, JAX)
+        pass
+    return masks.key_padding_mask(source_mask)
 
 
 class _Decoder:
@@ -56,13 +69,14 @@ class _Decoder:
         weights = [block.decoding_weights() for block in self.blocks]
         return None if any(w is None for w in weights) else weights
 
-    def block_step(self, i, h, caches, index, extra, cross=None, mask=None):
-        """Block `i` on `h` at cache `index` -> `(h, cache)`, by `decode_step` when it applies."""
+    def block_step(self, i, h, caches, index, extra, cross=None):
+        """Block `i` on `h` at cache `index` -> `(h, cache)`, by `decode_step` when it applies
+        (with the source mask prepared once, `extra["cross_mask"]`)."""
         block, weights = self.blocks[i], extra.get("weights")
         if weights is not None:
             return block.decode_step(h, caches[i], index, weights[i], cross_cache=cross,
-                                     encoder_padding_mask=mask)
-        kwargs = {} if cross is None else {"cross_attention_cache": cross, "encoder_padding_mask": mask}
+                                     encoder_padding_mask=extra.get("cross_mask"))
+        kwargs = {} if cross is None else {"cross_attention_cache": cross, "encoder_padding_mask": extra["mask"]}
         return block(h, self_attention_cache=caches[i], self_attention_cache_update_index=index, **kwargs)[:2]
 
     def embed(self, tokens, index, extra):
@@ -99,10 +113,10 @@ class _Decoder:
         """One token a row `(batch, 1)` written at cache `index` (with the cross-attention caches of
         `extra["cross"]`, if any) -> its next-token logits `(batch, vocab)`, the updated caches."""
         h = self.embed(tokens, index, extra)
-        cross, mask = extra.get("cross"), extra.get("mask")
+        cross = extra.get("cross")
         updated = []
         for i in range(len(self.blocks)):
-            h, cache = self.block_step(i, h, caches, index, extra, cross=None if cross is None else cross[i], mask=mask)
+            h, cache = self.block_step(i, h, caches, index, extra, cross=None if cross is None else cross[i])
             updated.append(cache)
         return self.project(h, extra)[:, 0], tuple(updated)
 
@@ -134,7 +148,7 @@ class TranslatorDecoder(_Decoder):
         tokens = ops.concatenate([ops.full((batch, 1), c["start_token_id"], "int32"),
                                   ops.zeros((batch, length - 1), "int32")], axis=1)
         prompt = ops.broadcast_to(ops.arange(length) < 1, (batch, length))
-        extra = {"cross": cross, "mask": mask, "encoder_outputs": encoder_outputs,
+        extra = {"cross": cross, "mask": mask, "cross_mask": cross_mask(mask), "encoder_outputs": encoder_outputs,
                  "positions": self.position_table(length), "weights": self.decoding_weights(),
                  "output_kernel": self.output_kernel()}
         caches = self.empty_caches(batch, length if c["use_cache"] else 1, cross[0].dtype)
@@ -152,6 +166,7 @@ class TranslatorDecoder(_Decoder):
     def repeat(self, extra, beams):
         return {**extra, "cross": tuple(ops.repeat(cross, beams, axis=0) for cross in extra["cross"]),
                 "mask": ops.repeat(extra["mask"], beams, axis=0),
+                "cross_mask": None if extra["cross_mask"] is None else ops.repeat(extra["cross_mask"], beams, axis=0),
                 "encoder_outputs": ops.repeat(extra["encoder_outputs"], beams, axis=0)}
 
     def output(self, tokens):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kformer.layers import MultiHeadAttention, attention
+from kformer.layers import MultiHeadAttention, attention, masks
 from tests.helpers import JIT, run_layer_test, to_numpy
 
 RNG = np.random.default_rng(0)
@@ -167,6 +167,27 @@ def test_cached_call_with_a_known_index_attends_the_written_keys():
         outs.append(to_numpy(out))
     np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
     np.testing.assert_allclose(to_numpy(cache)[:, 0, 5], to_numpy(layer.compute_cache(QUERY))[:, 0, 5], atol=1e-5)
+
+
+def test_cached_call_takes_a_key_mask_prepared_once():
+    """`masks.key_padding_mask(key_mask)`, made once outside a decoding loop, gives `cached_call`
+    the numbers of the `(batch, k_len)` mask: cross-attention (an all-padding row included) and
+    self-attention steps at a known index."""
+    layer = MultiHeadAttention(2, 4)
+    layer(QUERY, SOURCE)
+    cross = layer.compute_cache(SOURCE)
+    source_mask = np.array([[True, True, True, False], [False] * 4])
+    want, _ = layer.cached_call(QUERY, cross, key_mask=source_mask)
+    got, _ = layer.cached_call(QUERY, cross, key_mask=masks.key_padding_mask(source_mask))
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-6)
+    keys = np.array([[True] * 6, [True, False, True, True, True, True]])
+    full = to_numpy(layer(QUERY, QUERY, value_mask=keys, use_causal_mask=True))
+    prepared, cache = masks.key_padding_mask(keys), ops.zeros((2, 2, 6, 2, 4))
+    outs = []
+    for i in range(6):
+        out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, key_mask=prepared)
+        outs.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
 
 
 def test_joined_projections_need_one_input_width():
