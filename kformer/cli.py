@@ -148,6 +148,18 @@ def _export(parser, args):
     return 0
 
 
+def _signature_line(signature, errors):
+    """`check-serving`'s line for one signature's warmup replies (None: ok)."""
+    from kformer.export.preflight import summary
+
+    failed = [error for error in errors if error is not None]
+    if len(errors) == 1:
+        return f"{signature}: {'FAILED ' + summary(failed[0]) if failed else 'ok'}"
+    if failed:
+        return f"{signature}: FAILED {len(failed)} of {len(errors)} warmup requests: {summary(failed[0])}"
+    return f"{signature}: ok ({len(errors)} warmup requests)"
+
+
 def _check_serving(parser, args):
     from kformer.export import preflight
 
@@ -155,8 +167,8 @@ def _check_serving(parser, args):
         replies = preflight.check(args.path, xla=args.xla)
     except FileNotFoundError as err:
         parser.error(f"path: {err}")
-    for signature, error in replies:
-        print(f"{signature}: {'ok' if error is None else 'FAILED ' + preflight.summary(error)}")
+    for signature in dict.fromkeys(name for name, _ in replies):  # one line a signature, in record order
+        print(_signature_line(signature, [error for name, error in replies if name == signature]))
     server = "TF Serving started with --xla_cpu_compilation_enabled=true" if args.xla else \
         "a stock TF Serving (XLA compilation off)"
     failed = sorted({signature for signature, error in replies if error is not None})

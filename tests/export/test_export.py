@@ -297,13 +297,16 @@ def test_check_serving_says_whether_a_stock_server_loads_a_version(served):
     for check, path, flags, code in checks:
         out = check.communicate()[0]
         assert check.returncode == code, (path, flags, out)
-        if code:
-            assert "translate_xla: FAILED InternalError: XLA compilation disabled" in out
-            assert "serving_default: ok" in out and "translate_beam: ok" in out
+        lines = out.splitlines()
+        assert len({line.partition(":")[0] for line in lines}) == len(lines), out  # one line a signature
+        if code:  # translate_xla has two warmup requests (1 and 2 texts: two batch buckets)
+            assert "translate_xla: FAILED 2 of 2 warmup requests: InternalError: XLA compilation disabled" in out
+            assert "serving_default: ok" in lines and "translate_beam: ok" in lines
             assert out.strip().endswith("would not load in a stock TF Serving (XLA compilation off): "
                                         "['translate_xla'] failed")
         else:
-            assert "serving_default: ok" in out and out.strip().endswith("loads in " + (
+            assert "serving_default: ok" in lines and ("translate_xla: ok (2 warmup requests)" in lines) == bool(flags)
+            assert out.strip().endswith("loads in " + (
                 "TF Serving started with --xla_cpu_compilation_enabled=true" if flags
                 else "a stock TF Serving (XLA compilation off)"))
 
