@@ -67,6 +67,10 @@ def test_a_batch_runs_at_its_bucket_and_each_row_decodes_as_alone(translator, mo
     np.testing.assert_array_equal(together, np.stack(alone))
     compiled = keras.backend.backend() != "torch"  # XLA: 3 rows run as 4, the last repeated
     assert rows == [4 if compiled else 3, 1, 1, 1]
+    np.testing.assert_array_equal(models.generate(translator, SOURCE, pad_batch=False, **kwargs), together)
+    assert rows[-1] == 3  # at its own size
+    with pytest.raises(ValueError, match="`pad_batch` must be True or False. Received: pad_batch='no'"):
+        models.generate(translator, SOURCE, pad_batch="no", **kwargs)
 
 
 def ngram_repeats(row, n):
