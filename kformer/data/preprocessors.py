@@ -476,17 +476,26 @@ class ImageClassifierPreprocessor(Preprocessor):
 
     def _raw_tensor(self, x):
         if isinstance(x, (list, tuple)):  # images of different sizes: resize one by one
-            return tf.stack([self.inputs(tf.convert_to_tensor(image)[None])[0] for image in x])
+            images = [tf.convert_to_tensor(image) for image in x]
+            for i, image in enumerate(images):
+                _check_image_shape(f"images[{i}]", tuple(image.shape), batched=False)
+                _check_finite_pixels(f"images[{i}]", image)
+            return tf.stack([self.inputs(image[None])[0] for image in images])
         x = tf.convert_to_tensor(x)
         if x.shape.rank == 3:
             x = x[None]
-        if x.shape.rank != 4 or x.shape[-1] not in (1, 3):
-            raise ValueError("`images` must be (batch, height, width, 1 or 3) or (height, width, 1 or 3). "
-                             f"Received: shape={tuple(x.shape)}")
+        _check_image_shape("images", tuple(x.shape), batched=True)
+        _check_finite_pixels("images", x)
         return x
 
     def inputs(self, x):
+        """Images `(batch, h, w, 1, 3 or 4)` -> float32 `(batch, image_size, image_size, channels)`.
+
+        A fourth (alpha) channel is dropped, as the served graph's PNG decoding does.
+        """
         x = tf.cast(x, tf.float32)
+        if x.shape[-1] == 4:
+            x = x[..., :3]
         size = [self.image_size, self.image_size]
         if x.shape[1:3] != size:
             x = tf.image.resize(x, size)
@@ -508,6 +517,25 @@ class ImageClassifierPreprocessor(Preprocessor):
         config = super().get_config()
         del config["sequence_length"]
         return {**config, "image_size": self.image_size, "channels": self.channels}
+
+
+def _check_image_shape(name, shape, batched):
+    """A ValueError naming `name` unless `shape` is `([batch,] height >= 1, width >= 1, 1, 3 or 4)`."""
+    rank = 4 if batched else 3
+    what = f"{'(batch, ' if batched else '('}height, width, channels) with channels 1, 3 or 4 (RGBA: alpha dropped)"
+    if len(shape) != rank or shape[-1] not in (1, 3, 4):
+        raise ValueError(f"`{name}` must be {what}. Received: {name}.shape={tuple(shape)}")
+    if 0 in tuple(shape)[-3:-1]:
+        raise ValueError(f"`{name}` is empty ({shape[-3]}x{shape[-2]} pixels): expected at least 1x1. Received: "
+                         f"{name}.shape={tuple(shape)}")
+
+
+def _check_finite_pixels(name, image):
+    """A ValueError naming `name` when a float image holds NaN or infinite pixels (no class is right)."""
+    if image.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(image))):
+        bad = int(tf.size(image)) - int(tf.reduce_sum(tf.cast(tf.math.is_finite(image), tf.int32)))
+        raise ValueError(f"`{name}` must hold finite pixels: {bad} are NaN or infinite. Received: "
+                         f"{name}.shape={tuple(image.shape)}")
 
 
 def _texts(x):

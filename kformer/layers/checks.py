@@ -3,6 +3,7 @@
 import math
 
 import keras
+import numpy as np
 
 
 def check_positive_ints(**values):
@@ -76,3 +77,50 @@ def known_index(name, value):
     if value < 0:
         raise ValueError(f"`{name}` must be >= 0. Received: {name}={value}")
     return value
+
+
+def visible_values(x):
+    """`x` as a NumPy array when its values can be read now (NumPy, an eager tensor), else None.
+
+    Inside `jax.jit`, a `tf.function` or `torch.compile` the values are
+    traced and cannot be read: id checks there are left to the task methods,
+    which check before the backend runs.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        if isinstance(x, jax.core.Tracer):
+            return None
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.executing_eagerly() or not hasattr(x, "numpy"):
+            return None
+    elif backend == "torch":
+        import torch
+
+        if torch.compiler.is_compiling() or not isinstance(x, torch.Tensor) or x.device.type == "meta":
+            return None
+    try:
+        return np.asarray(keras.ops.convert_to_numpy(x))
+    except Exception:  # noqa: BLE001 (a symbolic tensor of another kind)
+        return None
+
+
+def check_ids(name, ids, limit, integer_dtype=True):
+    """Raise a ValueError naming `name` if readable `ids` are not integers in `[0, limit)`.
+
+    Float ids are refused (never rounded) unless `integer_dtype=False` (a
+    Keras loss receives its targets cast to float); traced ids are only
+    checked for their dtype (`visible_values`).
+    """
+    dtype = str(getattr(ids, "dtype", ""))
+    if integer_dtype and dtype and "int" not in dtype and "bool" not in dtype:
+        raise ValueError(f"`{name}` must be integer ids (never rounded). Received: {name} of dtype {dtype}")
+    values = visible_values(ids)
+    if values is not None and values.size and (values.min() < 0 or values.max() >= limit):
+        raise ValueError(f"`{name}` must be ids in [0, {limit}). Received: values from {values.min()} "
+                         f"to {values.max()}")

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from kformer.layers.checks import check_positive_ints, known_index
+from kformer.layers.checks import check_ids, check_positive_ints, known_index
 from kformer.layers.linear import over_rows
 from kformer.layers.position import PositionEmbedding, SinusoidalPositionEncoding
 
@@ -120,6 +120,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"
             )
+        check_ids("inputs", inputs, self.vocabulary_size)
         index = known_index("start_index", start_index)
         if self.sequence_length and isinstance(inputs.shape[1], int) and index is not None:
             if self.position == "learned" and inputs.shape[1] + index > self.sequence_length:

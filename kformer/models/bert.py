@@ -11,6 +11,7 @@ from keras import ops
 
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
+from kformer.models.input_checks import check_batch_size
 from kformer.models.registry import builder, register
 from kformer.models.task import (Backbone, ClassifierTask, Task, check_class_names, check_length_fits,
                                  check_tokenizer_fits)
@@ -77,6 +78,9 @@ class BertBackbone(Backbone):
         self.num_layers, self.hidden_dim, self.num_heads = num_layers, hidden_dim, num_heads
         self.intermediate_dim, self.dropout = intermediate_dim, dropout
 
+    def input_limits(self):
+        return bert_input_limits(self)
+
 
 @keras.saving.register_keras_serializable(package="kformer")
 class BertPretrainer(Task):
@@ -130,27 +134,38 @@ class BertPretrainer(Task):
     def input_limits(self):
         return bert_input_limits(self.backbone)
 
+    def label_limits(self):
+        return {"mlm_logits": self.backbone.vocabulary_size, "nsp_logits": 2}
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:
             check_tokenizer_fits(preprocessor, "tokenizer", self.backbone.vocabulary_size)
             check_length_fits(preprocessor, self.backbone.sequence_length)
 
-    def fill_mask(self, texts, top_k=5, batch_size=64):
+    def fill_mask(self, texts, top_k=5, batch_size=None):
         """Most likely tokens for every `[MASK]` of each text.
 
         Returns, per text (or for one str), a list with one entry per
         `[MASK]`: the `top_k` candidates `[{"token": str, "score": float}, ...]`,
-        best first. A text without `[MASK]` gets `[]`.
+        best first. A text without `[MASK]` gets `[]`; a `[MASK]` past the
+        preprocessor's `sequence_length` (it would get no answer) is a
+        ValueError naming the text. Texts run `batch_size` (default 64) at a time.
         """
         preprocessor = self._require_preprocessor("fill_mask")
         tokenizer = preprocessor.tokenizer
         if not isinstance(top_k, int) or not 1 <= top_k <= tokenizer.vocabulary_size:
             raise ValueError(f"`top_k` must be an int in [1, {tokenizer.vocabulary_size}]. Received: top_k={top_k!r}")
+        check_batch_size(batch_size)
+        batch_size = batch_size or 64
         single = isinstance(texts, str)
+        if not single and not (isinstance(texts, (list, tuple)) and all(isinstance(t, str) for t in texts)):
+            raise ValueError(f"`texts` must be a str or a list of str. Received: texts={str(texts)[:80]!r} "
+                             f"({type(texts).__name__})")
         texts = [texts] if single else list(texts)
         answers = []
         for start in range(0, len(texts), batch_size):
+            _check_masks_fit(preprocessor, texts[start:start + batch_size], start)
             inputs = preprocessor.encode(texts[start:start + batch_size])
             if "mask_positions" not in inputs:
                 inputs["mask_positions"] = np.asarray(preprocessor.find_masks(inputs["token_ids"]))
@@ -210,6 +225,21 @@ class BertTextClassifier(ClassifierTask):
         if preprocessor is not None:
             check_tokenizer_fits(preprocessor, "tokenizer", self.backbone.vocabulary_size)
             check_length_fits(preprocessor, self.backbone.sequence_length)
+
+
+def _check_masks_fit(preprocessor, texts, offset):
+    """A ValueError naming the text when a `[MASK]` lies past `sequence_length` (it would get no answer)."""
+    import tensorflow as tf
+
+    mask = preprocessor.tokenizer.token_to_id("[MASK]")
+    texts_tensor = tf.constant(texts, tf.string)
+    total = tf.reduce_sum(tf.cast(tf.equal(preprocessor.tokenizer.tokenize(texts_tensor), mask), tf.int32), axis=1)
+    kept = np.sum(preprocessor.inputs(texts_tensor)["token_ids"].numpy() == mask, axis=1)
+    total = total.numpy()
+    for row in np.flatnonzero(total > kept):
+        raise ValueError(f"`texts[{offset + row}]` has {total[row]} [MASK] tokens, {total[row] - kept[row]} of them "
+                         f"past the preprocessor's sequence_length={preprocessor.sequence_length}, where they "
+                         f"would get no answer: shorten the text. Received: {texts[row][:80]!r}")
 
 
 def bert_input_limits(backbone):

@@ -422,6 +422,8 @@ def _check(decoder, ids, c):
         if isinstance(c[key], bool) or not isinstance(c[key], (int, float, np.floating)) \
                 or not math.isfinite(c[key]):
             raise ValueError(f"`{key}` must be a finite number. Received: {key}={c[key]!r}")
+    if c["seed"] is not None and (not _is_int(c["seed"]) or not 0 <= c["seed"] < 2**63):
+        raise ValueError(f"`seed` must be None or an int in [0, 2**63). Received: seed={c['seed']!r}")
     if not 0.0 < c["p"] <= 1.0:
         raise ValueError(f"`p` must be in (0, 1]. Received: p={c['p']}")
     if not c["temperature"] > 0:

@@ -92,6 +92,9 @@ class CausalLM(Task):
     def input_limits(self):
         return {"token_ids": (self.vocabulary_size, self.sequence_length if self.position == "learned" else None)}
 
+    def label_limits(self):
+        return {self.output_names[0]: self.vocabulary_size}
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:
@@ -117,10 +120,11 @@ class CausalLM(Task):
         """
         if not self._raw(prompts):
             kwargs.setdefault("start_token_id", None)
-            return generate_ids(self, prompts, max_length=max_length or self.sequence_length, **kwargs)
+            return generate_ids(self, prompts, max_length=self.sequence_length if max_length is None else max_length,
+                                **kwargs)
         preprocessor = self.preprocessor
         single = isinstance(prompts, str)
-        max_length = max_length or preprocessor.sequence_length
+        max_length = preprocessor.sequence_length if max_length is None else max_length
         # A prompt keeps its first max_length - 1 tokens (room to generate), as the export does.
         ids = preprocessor.prompt_ids([prompts] if single else prompts, max_tokens=max_length - 1 if
                                       isinstance(max_length, int) and max_length > 1 else None)

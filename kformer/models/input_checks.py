@@ -39,6 +39,9 @@ def _check_one(name, array, spec, limit):
         raise ValueError(f"`{name}` must have shape {want} (None: any size). Received: {name}.shape={shape}")
     if "int" in spec.dtype and not np.issubdtype(array.dtype, np.integer):
         raise ValueError(f"`{name}` must hold integers (ids are never rounded). Received: dtype {array.dtype}")
+    if "float" in spec.dtype and array.dtype.kind in "fc" and array.size and not np.isfinite(array).all():
+        raise ValueError(f"`{name}` must be finite: it holds {np.size(array) - np.isfinite(array).sum()} NaN or "
+                         f"infinite values. Received: {name}.shape={shape}")
     id_limit, length_limit = limit
     if length_limit is not None and len(shape) > 1 and shape[1] > length_limit:
         raise ValueError(f"`{name}` has {shape[1]} positions but the model supports at most "
@@ -50,3 +53,85 @@ def _check_one(name, array, spec, limit):
 
 def _is_array(value):
     return isinstance(value, np.ndarray) or (keras.ops.is_tensor(value) and hasattr(value, "shape"))
+
+
+def rows(x):
+    """The number of rows of an array, a list or a dict of arrays; None when it is not known here."""
+    if isinstance(x, dict):
+        return next((rows(v) for v in x.values()), None)
+    if isinstance(x, (list, tuple)) or _is_array(x):
+        return len(x) if isinstance(x, (list, tuple)) else (x.shape[0] if len(x.shape) else None)
+    return None
+
+
+def check_batch_size(batch_size, name="batch_size"):
+    """None, or an int >= 1 (Keras would start its loop with 0 or -1 and fail inside it)."""
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool)
+                                   or batch_size < 1):
+        raise ValueError(f"`{name}` must be None or an int >= 1. Received: {name}={batch_size!r}")
+
+
+def _expected(task):
+    if getattr(task, "preprocessor", None) is None:
+        return "model inputs (an array, or a dict of arrays by input name)"
+    if task.task_type == "image_classification":
+        return ("images (a (batch, height, width, channels) array, or a list of (height, width, channels) "
+                "arrays) or model inputs")
+    return "text (a str, or a list of str) or model inputs (an int array, or a dict of arrays by input name)"
+
+
+def check_raw_type(task, x, name="x"):
+    """A ValueError naming `name` unless `x` is raw input the task's preprocessor takes, model inputs
+    (arrays or tensors, or a dict of them) or a data pipeline (a `tf.data.Dataset`, a generator, a
+    `keras.utils.PyDataset`), which Keras reads."""
+    if task._raw(x) or _is_array(x):
+        return
+    if isinstance(x, dict) and x and all(_is_array(v) for v in x.values()):
+        return
+    if x is not None and not isinstance(x, (str, bytes, int, float, list, tuple, set, dict, frozenset)):
+        return  # a dataset, generator or PyDataset: its pipeline checks it
+    shown = repr(x)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise ValueError(f"`{name}` must be {_expected(task)}. Received: {name}={shown} ({type(x).__name__})")
+
+
+def check_labels(task, x, y, limits):
+    """A ValueError naming `y` unless the labels are integers in range, one per row of `x`.
+
+    Args:
+        task: the task (its outputs name the labels of a dict `y`).
+        x: the inputs (raw or model inputs), for their row count.
+        y: None (a dataset carries its labels), an array or list, or a dict
+            output name -> array.
+        limits: dict output name -> number of classes (ids must lie in `[0, n)`).
+    """
+    if y is None or not limits:
+        return
+    if not isinstance(y, dict):
+        if len(limits) != 1:
+            return  # several outputs labelled by one array: Keras's own structure check answers
+        y = {next(iter(limits)): y}
+    expected_rows = rows(x)
+    for output, labels in y.items():
+        shown = "y" if len(y) == 1 else f"y[{output!r}]"
+        if isinstance(labels, (list, tuple)) or _is_array(labels):
+            try:
+                array = np.asarray(keras.ops.convert_to_numpy(labels) if _is_array(labels) else labels)
+            except (ValueError, TypeError):
+                raise ValueError(f"`{shown}` must be integer class ids, one per input. Received: an irregular "
+                                 f"{type(labels).__name__}") from None
+        else:
+            raise ValueError(f"`{shown}` must be integer class ids (an array or a list), one per input. "
+                             f"Received: {type(labels).__name__}")
+        if array.ndim == 0:
+            raise ValueError(f"`{shown}` must hold one label per input, not a scalar. Received: {shown}={array!r}")
+        if expected_rows is not None and len(array) != expected_rows:
+            raise ValueError(f"`{shown}` has {len(array)} labels but `x` has {expected_rows} inputs: expected one "
+                             f"per input. Received: len({shown})={len(array)}")
+        if not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"`{shown}` must hold integer class ids (labels are never rounded). Received: "
+                             f"dtype {array.dtype}")
+        limit = limits.get(output)
+        if limit is not None and array.size and (array.min() < 0 or array.max() >= limit):
+            raise ValueError(f"`{shown}` must be class ids in [0, {limit}). Received: values from {array.min()} "
+                             f"to {array.max()}")

@@ -1,8 +1,11 @@
 """`load(path)`: a recipe's version folder or a `.keras` file -> its task, ready for raw inputs."""
 
+import os
 import pathlib
 
 import keras
+
+from kformer.models.safe_state import check_keras_file
 
 
 def load(path, compile=False):
@@ -26,6 +29,9 @@ def load(path, compile=False):
     >>> type(load(folder)).__name__
     'ViTImageClassifier'
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"`path` must be a str or path of a `.keras` file or a version folder. Received: "
+                         f"path={path!r} ({type(path).__name__})")
     path = pathlib.Path(path)
     file = path / "model.keras" if path.is_dir() else path
     if not file.is_file():
@@ -34,6 +40,10 @@ def load(path, compile=False):
                          f"path={str(path)!r} ({where})")
     if file.suffix != ".keras":
         raise ValueError(f"`path` must be a `.keras` file. Received: path={str(file)!r}")
+    try:
+        check_keras_file(file)
+    except ValueError as err:
+        raise ValueError(f"`path` must be a whole `.keras` file. Received: path={str(path)!r}: {err}") from None
     import kformer.data.preprocessors  # noqa: F401  (registers the preprocessor classes)
 
     return keras.saving.load_model(file, compile=compile, safe_mode=True)

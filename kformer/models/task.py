@@ -16,7 +16,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from kformer.models.input_checks import check_model_inputs
+from kformer.models.input_checks import (check_batch_size, check_labels, check_model_inputs, check_raw_type,
+                                         rows)
+from kformer.models.safe_state import restored_on_error, save_atomically
 
 _NOT_CONFIG = ("self", "args", "kwargs", "preprocessor", "backbone")
 MODEL_ARGUMENTS = {"inputs", "outputs", "name", "trainable", "dtype"}
@@ -56,9 +58,70 @@ class Backbone(keras.Model):
                             f"of {type(self).__name__}.__init__ or keras.Model's {sorted(MODEL_ARGUMENTS)}.")
         super().__init__(*args, **kwargs)
 
-    def fit(self, x=None, y=None, *args, **kwargs):
-        self._build_training_state(x, y, kwargs.get("sample_weight"))
-        return super().fit(x, y, *args, **kwargs)
+    # Every Keras loop below checks its inputs first and, if it raises anyway,
+    # leaves the model's variables as they were (`kformer.models.safe_state`):
+    # on JAX a failed loop would otherwise empty them for good.
+    def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):
+        check_batch_size(batch_size)
+        self._check_inputs(x)
+        with restored_on_error(self):
+            self._build_training_state(x, y, kwargs.get("sample_weight"))
+            return super().fit(x, y, batch_size, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):
+        check_batch_size(batch_size)
+        self._check_inputs(x)
+        with restored_on_error(self):
+            return super().evaluate(x, y, batch_size, *args, **kwargs)
+
+    def predict(self, x, batch_size=None, *args, **kwargs):
+        check_batch_size(batch_size)
+        self._check_inputs(x)
+        if rows(x) == 0:  # Keras has no answer for an empty batch: give one of the right shape
+            return self._empty_outputs()
+        with restored_on_error(self):
+            return super().predict(x, batch_size, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        self._check_inputs(x)
+        if rows(x) == 0:
+            return self._empty_outputs()
+        with restored_on_error(self):
+            return super().predict_on_batch(x)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        self._check_inputs(x)
+        with restored_on_error(self):
+            return super().train_on_batch(x, y, *args, **kwargs)
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        self._check_inputs(x)
+        with restored_on_error(self):
+            return super().test_on_batch(x, y, *args, **kwargs)
+
+    def save(self, filepath, *args, **kwargs):
+        """`keras.Model.save`, through a temporary file that is checked before it replaces `filepath`."""
+        return save_atomically(self, filepath, lambda path, **kw: super(Backbone, self).save(path, *args, **kw),
+                               **kwargs)
+
+    def input_limits(self):
+        """dict input name -> (id_limit, length_limit) checked by `predict`, `evaluate` and `fit`.
+
+        Token ids must lie in `[0, id_limit)`, and inputs have at most
+        `length_limit` positions (None: no limit). Subclasses fill it in.
+        """
+        return {}
+
+    def _check_inputs(self, x):
+        check_model_inputs(self, x, self.input_limits())
+
+    def _empty_outputs(self):
+        """What `predict` answers for 0 rows: zeros of each output's shape with 0 rows."""
+        def empty(t):
+            return np.zeros((0, *(0 if d is None else d for d in t.shape[1:])),
+                            "float32" if "float" in t.dtype else t.dtype)
+        return keras.tree.map_structure(empty, self._outputs_struct)
+
 
     def _build_training_state(self, x, y, sample_weight):
         """TensorFlow: create the optimizer, loss and metric variables before `fit` traces its step.
@@ -141,17 +204,17 @@ class Task(Backbone):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
         return cls(**config)
 
-    def input_limits(self):
-        """dict input name -> (id_limit, length_limit) checked by `predict`, `evaluate` and `fit`.
-
-        Token ids must lie in `[0, id_limit)`, and inputs have at most
-        `length_limit` positions (None: no limit). Subclasses fill it in.
-        """
+    def label_limits(self):
+        """dict output name -> number of classes the labels `y` of `fit` / `evaluate` index (ids in
+        `[0, n)`). Subclasses fill it in; a one-output task's array `y` is checked against its one entry."""
         return {}
 
     def _check_inputs(self, x):
         if not self._raw(x):
-            check_model_inputs(self, x, self.input_limits())
+            super()._check_inputs(x)
+
+    def _check_labels(self, x, y):
+        check_labels(self, x, y, self.label_limits())
 
     def validate_preprocessor(self, preprocessor=None):
         """Raise a ValueError if `preprocessor` (default: the task's) does not fit this model.
@@ -179,15 +242,21 @@ class Task(Backbone):
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
             validation_split=0.0, validation_data=None, shuffle=True, sample_weight=None, **kwargs):
+        if (isinstance(x, (list, tuple)) and len(x) == 0) or rows(x) == 0:
+            raise ValueError(f"`x` is empty: nothing to train on. Received: x={x!r}")
+        check_raw_type(self, x)
         if self._raw(x):
             if validation_split:
                 raise ValueError("`validation_split` is not supported with raw inputs: pass "
                                  f"`validation_data=(x, y)`. Received: validation_split={validation_split}")
+            check_batch_size(batch_size)
+            self._check_labels(x, y)
             x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32,
                                           shuffle=shuffle)
             y = sample_weight = batch_size = None
             shuffle = False  # the dataset shuffles itself
-        self._check_inputs(x)
+        else:
+            self._check_labels(x, y)
         if isinstance(validation_data, tuple) and self._raw(validation_data[0]):
             validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
         elif isinstance(validation_data, tuple):
@@ -198,24 +267,37 @@ class Task(Backbone):
                            sample_weight=sample_weight, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        self._check_inputs(x)
+        check_batch_size(batch_size)
+        if (isinstance(x, (list, tuple)) and len(x) == 0) or rows(x) == 0:
+            raise ValueError(f"`x` is empty: nothing to evaluate. Received: x={x!r}")
+        check_raw_type(self, x)
+        self._check_labels(x, y)
         if self._raw(x):
             x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32)
             y = sample_weight = batch_size = None
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-        self._check_inputs(x)
-        if self._raw(x):
-            x = self.preprocessor.encode(x)
+        check_batch_size(batch_size)
+        x = self._encode(x)
         return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
                                callbacks=callbacks)
 
     def predict_on_batch(self, x):
-        self._check_inputs(x)
-        if self._raw(x):
-            x = self.preprocessor.encode(x)
-        return super().predict_on_batch(x)
+        return super().predict_on_batch(self._encode(x))
+
+    def _encode(self, x):
+        """Raw inputs -> model inputs (an empty list stays empty); anything else is checked as it is."""
+        if isinstance(x, (list, tuple)) and len(x) == 0:
+            return self._empty_inputs()
+        check_raw_type(self, x)
+        return self.preprocessor.encode(x) if self._raw(x) else x
+
+    def _empty_inputs(self):
+        specs = {t.name: t for t in keras.tree.flatten(self.inputs)}
+        empty = {name: np.zeros((0,) + tuple(1 if d is None else d for d in t.shape[1:]), t.dtype)
+                 for name, t in specs.items()}
+        return next(iter(empty.values())) if len(empty) == 1 else empty
 
 
 class ClassifierTask(Task):
@@ -244,6 +326,15 @@ class ClassifierTask(Task):
 
     def predict_on_batch(self, x):
         return _softmax(super().predict_on_batch(x))
+
+    def label_limits(self):
+        return {self.output_names[0]: self.num_classes}
+
+    def _check_labels(self, x, y):
+        if y is None and self._raw(x) and isinstance(x, (str, list, tuple, np.ndarray)):
+            raise ValueError(f"`y` is required: raw inputs to {type(self).__name__}.fit / evaluate need one label "
+                             "per input (class ids in [0, num_classes)). Received: y=None")
+        super()._check_labels(x, y)
 
     def predict_labels(self, x, batch_size=None):
         """Raw or model inputs -> the most probable class per example (its name, or its id)."""

@@ -4,6 +4,8 @@ sparse cross-entropy and accuracy over large vocabularies that are fast on every
 import keras
 from keras import ops
 
+from kformer.layers.checks import check_ids
+
 
 def _targets(y_true, y_pred):
     """Int targets `(...)` for logits `(..., classes)`; a trailing 1 (`(..., 1)` targets) is dropped."""
@@ -134,6 +136,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.ignore_id = ignore_id
 
     def call(self, y_true, y_pred):
+        check_ids("y_true", y_true, y_pred.shape[-1], integer_dtype=False)
         y_true = ops.cast(y_true, "int32")
         log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
         nll = -ops.take_along_axis(log_probs, y_true[..., None], axis=-1)[..., 0]

@@ -6,6 +6,7 @@ import numpy as np
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.generate import generate as generate_ids
+from kformer.models.input_checks import check_batch_size
 from kformer.models.registry import builder, register
 from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
 
@@ -123,6 +124,22 @@ class Translator(Task):
         return {"encoder_token_ids": (self.encoder_embedding.vocabulary_size, length),
                 "decoder_token_ids": (self.decoder_embedding.vocabulary_size, length)}
 
+    def label_limits(self):
+        return {self.output_names[0]: self.decoder_embedding.vocabulary_size}
+
+    def _check_labels(self, x, y):
+        if not self._raw(x):
+            return super()._check_labels(x, y)
+        sources = [x] if isinstance(x, str) else list(x)
+        targets = [y] if isinstance(y, str) else y
+        if not isinstance(targets, (list, tuple, np.ndarray)) or not all(isinstance(t, (str, bytes, np.str_))
+                                                                            for t in targets):
+            raise ValueError("`y` must be the target texts (a list of str), one per source text. Received: "
+                             f"y={str(y)[:80]!r} ({type(y).__name__})")
+        if len(targets) != len(sources):
+            raise ValueError(f"`y` has {len(targets)} target texts but `x` has {len(sources)} source texts: "
+                             f"expected one per source. Received: len(y)={len(targets)}")
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None:
@@ -135,20 +152,28 @@ class Translator(Task):
         """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, **kwargs)`."""
         return generate_ids(self, encoder_token_ids, **kwargs)
 
-    def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=256, **kwargs):
+    def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=None, **kwargs):
         """Translate strings: list of str (or one str) -> list of str.
 
         Tokenizes with the preprocessor, decodes with `generate` (`strategy`:
         "greedy", "beam", "top_k" or "top_p"; other `generate` arguments such
         as `num_beams` pass through), detokenizes. `max_length` defaults to
         the preprocessor's `sequence_length`. Texts are batched by source
-        length (short with short, so a batch's loop ends sooner) and returned
-        in the order given.
+        length (short with short, so a batch's loop ends sooner), `batch_size`
+        (default 256) at a time, and returned in the order given. `[]` gives `[]`.
         """
         preprocessor = self._require_preprocessor("translate")
+        check_batch_size(batch_size)
+        batch_size = batch_size or 256
         single = isinstance(texts, str)
+        if not single and not (isinstance(texts, (list, tuple)) and all(isinstance(t, str) for t in texts)) and \
+                not (isinstance(texts, np.ndarray) and texts.ndim == 1 and texts.dtype.kind in "OSU"):
+            raise ValueError(f"`texts` must be a str or a list of str. Received: texts={str(texts)[:80]!r} "
+                             f"({type(texts).__name__})")
+        if not single and len(texts) == 0:
+            return []
         source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
-        options = dict(max_length=max_length or preprocessor.sequence_length, strategy=strategy,
+        options = dict(max_length=preprocessor.sequence_length if max_length is None else max_length, strategy=strategy,
                        start_token_id=preprocessor.start_token_id,
                        end_token_id=preprocessor.end_token_id, **kwargs)
         order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")

@@ -76,8 +76,10 @@ def test_images_are_resized_and_converted():
     assert gray.encode(np.zeros((1, 6, 6, 1), np.uint8)).shape == (1, 8, 8, 1)  # after an RGB call
     same = np.random.default_rng(0).uniform(0, 255, (1, 8, 8, 1)).astype("float32")
     np.testing.assert_array_equal(gray.encode(same), same)  # already the right size: unchanged
-    with pytest.raises(ValueError, match=r"`images` must be .* Received: shape=\(2, 8, 8, 4\)"):
-        gray.encode(np.zeros((2, 8, 8, 4), np.uint8))
+    with pytest.raises(ValueError, match=r"`images` must be .* Received: images.shape=\(2, 8, 8, 2\)"):
+        gray.encode(np.zeros((2, 8, 8, 2), np.uint8))
+    rgba = np.random.default_rng(1).integers(0, 256, (1, 8, 8, 4)).astype(np.uint8)
+    np.testing.assert_array_equal(gray.encode(rgba), gray.encode(rgba[..., :3]))  # alpha dropped
 
 
 def test_dataset_shuffles_and_batches_in_tf_data(tokenizer):

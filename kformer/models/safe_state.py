@@ -1,0 +1,114 @@
+"""A failed call leaves the model as it was, and a save never replaces a good file with a bad one.
+
+Keras's JAX trainer takes every variable's value out of the model while
+`fit`, `evaluate` or `predict` runs (the step functions are stateless) and
+puts it back when the loop ends. Whatever raises in between (an empty
+input, a bad `batch_size`, a shape error in the first trace) leaves the
+variables empty: every later `predict`, `get_weights` and `save` fails, and a
+save writes a file without weights. `restored_on_error` puts the values back.
+TensorFlow and torch keep their variables in place, so it does nothing there.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import zipfile
+
+import keras
+
+
+def _trainer_variables(model):
+    variables = list(model.variables)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and getattr(optimizer, "built", False):
+        variables += list(optimizer.variables)
+    variables += list(getattr(model, "metrics_variables", []))
+    return list({id(v): v for v in variables}.values())
+
+
+def _usable(value):
+    return value is not None and not (hasattr(value, "is_deleted") and value.is_deleted())
+
+
+@contextlib.contextmanager
+def restored_on_error(model):
+    """Run the body; if it raises on JAX, give every variable back its value before re-raising.
+
+    The trainer's newest state is kept where it has one (a `fit` that fails
+    in its third step keeps the two finished steps, as on TensorFlow and
+    torch); any variable still left empty gets the value it had before the call.
+    """
+    if keras.backend.backend() != "jax":
+        yield
+        return
+    before = [(v, v._value) for v in _trainer_variables(model)]
+    try:
+        yield
+    except BaseException:
+        _restore(model, before)
+        raise
+
+
+def _restore(model, before):
+    state = getattr(model, "_jax_state", None)
+    if state and not getattr(model, "_jax_state_synced", True):
+        try:
+            model.jax_state_sync()
+        except Exception:  # noqa: BLE001 (a half-written state: the values from before are used)
+            pass
+    for variable, value in before:
+        if not _usable(variable._value) and _usable(value):
+            variable._value = value
+    model._jax_state = None
+    model._jax_state_synced = True
+
+
+def check_variables_hold_values(model):
+    """Raise a RuntimeError naming the variables that hold no value (what a save would lose)."""
+    if keras.backend.backend() != "jax":
+        return
+    empty = [v.path for v in _trainer_variables(model) if not _usable(v._value)]
+    if empty:
+        raise RuntimeError(f"{len(empty)} variables of {model.name} hold no value (first: {empty[0]}), so a "
+                           "save would write no weights; nothing was written.")
+
+
+def check_keras_file(path):
+    """Raise a ValueError unless `path` is a whole `.keras` archive: a zip with its config and weights."""
+    path = pathlib.Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            damaged = archive.testzip()
+            config = json.loads(archive.read("config.json")) if "config.json" in names else None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+        raise ValueError(f"{path} is not a whole .keras file: not a readable zip archive ({type(err).__name__}: "
+                         f"{err}). It may be truncated or not a Keras model.") from None
+    if damaged is not None:
+        raise ValueError(f"{path} is not a whole .keras file: its member {damaged!r} is damaged (CRC mismatch).")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a whole .keras file: it holds no config.json (members: "
+                         f"{sorted(names)[:5]}).")
+    if not names & {"model.weights.h5", "model.weights.npz"}:
+        raise ValueError(f"{path} is not a whole .keras file: it holds no model.weights.h5.")
+
+
+def save_atomically(model, filepath, save, **kwargs):
+    """`save(filepath, **kwargs)` through a temporary file that is checked, then renamed over `filepath`.
+
+    A failed or incomplete save leaves the existing file as it was. File-like
+    targets and non-`.keras` paths go straight to `save`.
+    """
+    path = pathlib.Path(filepath) if isinstance(filepath, (str, os.PathLike)) else None
+    if (path is None or path.suffix != ".keras" or kwargs.get("zipped") is False
+            or (kwargs.get("overwrite") is False and path.exists())):
+        return save(filepath, **kwargs)
+    check_variables_hold_values(model)
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        save(str(tmp), **kwargs)
+        check_keras_file(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
