@@ -41,7 +41,8 @@ def _parser():
     predict = sub.add_parser("predict", help="load a version folder or .keras file and answer")
     predict.add_argument("path", help="a recipe's version folder or a .keras file")
     predict.add_argument("inputs", nargs="+", help="texts, or image files for an image classifier")
-    predict.add_argument("--max-length", type=int, default=None, help="translation / generation length")
+    predict.add_argument("--max-length", type=_positive_int, default=None,
+                         help="translation / generation length (an integer >= 1)")
     predict.set_defaults(run=_predict)
     export = sub.add_parser("export", help="write a TF Serving SavedModel from any backend")
     export.add_argument("path", help="a recipe's version folder or a .keras file")
@@ -54,6 +55,31 @@ def _parser():
                        help="as a server started with --xla_cpu_compilation_enabled=true")
     check.set_defaults(run=_check_serving)
     return p
+
+
+def _positive_int(text):
+    """`--max-length`: an integer >= 1 (argparse names the flag in the error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _shown(text):
+    """`text` for a message or the output: bytes that are not UTF-8 (an argv of any bytes) as `\\xff`."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def _check_texts(parser, texts):
+    """Exit 2 naming the first argument that is not UTF-8 text (Python hands such bytes over as lone surrogates)."""
+    for i, text in enumerate(texts, 1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            parser.error(f"inputs: argument {i}, '{_shown(text)}', is not UTF-8 text")
 
 
 def _list(parser, args):
@@ -108,7 +134,9 @@ def _predict(parser, args):
     if getattr(task, "preprocessor", None) is None:
         parser.error(f"path: {args.path} holds a {type(task).__name__} without a preprocessor; "
                      "it takes model inputs (token ids, fixed-size arrays), not text or image files")
-    elif kind == "image_classification":
+    if kind != "image_classification":
+        _check_texts(parser, args.inputs)
+    if kind == "image_classification":
         answers = task.predict_labels([_read_image(parser, f) for f in args.inputs])
     elif kind == "text_classification":
         answers = task.predict_labels(args.inputs)
@@ -119,7 +147,7 @@ def _predict(parser, args):
     else:
         answers = task.fill_mask(args.inputs)
     for given, answer in zip(args.inputs, answers):
-        print(json.dumps({"input": given, "output": answer}, ensure_ascii=False))
+        print(json.dumps({"input": _shown(given), "output": answer}, ensure_ascii=False))
     return 0
 
 
@@ -127,11 +155,11 @@ def _read_image(parser, path):
     import tensorflow as tf
 
     if not pathlib.Path(path).is_file():
-        parser.error(f"inputs: image file {path!r} not found")
-    try:
-        return tf.io.decode_image(tf.io.read_file(path), expand_animations=False).numpy()
+        parser.error(f"inputs: image file '{_shown(path)}' not found")
+    try:  # Python reads any file name; TensorFlow's read_file takes UTF-8 ones only
+        return tf.io.decode_image(pathlib.Path(path).read_bytes(), expand_animations=False).numpy()
     except tf.errors.InvalidArgumentError:
-        parser.error(f"inputs: {path!r} is not a PNG, JPEG, GIF or BMP image")
+        parser.error(f"inputs: '{_shown(path)}' is not a PNG, JPEG, GIF or BMP image")
 
 
 def _export(parser, args):

@@ -1,5 +1,6 @@
 """Resumable training that survives a kill at any moment, including during the backup write."""
 
+import io
 import json
 import math
 import os
@@ -23,6 +24,11 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
     `.tmp-*` folder, which is ignored. At the start of `fit`, the newest
     readable backup is restored; a truncated or corrupt one is reported and
     the previous one used instead.
+
+    A failed write (a full disk, `ulimit -f`) removes the temporary folder and
+    raises `BackupWriteError` (an `OSError`) naming it and the error: the
+    weights file is built in memory first, because HDF5 crashes the process
+    (SIGSEGV) when a write to its file fails.
 
     An epoch whose loss or weights are not finite is not backed up, and training that
     ends that way keeps its backups: rerun with a lower learning rate and it
@@ -50,6 +56,8 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         self.backup_dir = pathlib.Path(backup_dir)
         self.keep = keep
         self.diverged = False
+        self.last_epoch = 0  # the newest epoch backed up or resumed from; 0: none yet
+        self.finished = False
 
     def backups(self):
         """[(epoch, folder)] of finished backups, newest first."""
@@ -59,7 +67,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         return sorted(found, reverse=True)
 
     def on_train_begin(self, logs=None):
-        self.diverged = False
+        self.diverged, self.finished, self.last_epoch = False, False, 0
         for epoch, folder in self.backups():
             try:
                 if self.model.optimizer is not None and not self.model.optimizer.built:
@@ -70,6 +78,7 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
                       f"{str(err)[:200]}); trying the previous one", file=sys.stderr, flush=True)
                 continue
             self.model._initial_epoch = epoch  # how keras.callbacks.BackupAndRestore resumes
+            self.last_epoch = epoch
             print(f"resuming from the backup of epoch {epoch} in {folder}", flush=True)
             return
 
@@ -79,26 +88,69 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
             self.diverged = True
             return
         tmp = self.backup_dir / f".tmp-epoch-{epoch + 1}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_weights(tmp / WEIGHTS)
-        (tmp / META).write_text(json.dumps({"epoch": epoch + 1}))
-        _fsync_folder(tmp)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            _write(tmp / WEIGHTS, weights_file(self.model))
+            (tmp / META).write_text(json.dumps({"epoch": epoch + 1}))
+            _fsync_folder(tmp)
+        except BaseException as err:  # an interrupt too: leave no temporary folder
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(err, OSError):
+                raise BackupWriteError(f"could not write the backup of epoch {epoch + 1} to {tmp} "
+                                       f"(removed): {err}") from err
+            raise
         final = self.backup_dir / f"epoch-{epoch + 1}"
         shutil.rmtree(final, ignore_errors=True)  # only after a crash between rename and pruning
         os.rename(tmp, final)
+        self.last_epoch = epoch + 1
         for _, old in self.backups()[self.keep:]:
             shutil.rmtree(old, ignore_errors=True)
 
     def on_train_end(self, logs=None):
+        self.finished = True
         if not self.diverged:
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+class BackupWriteError(OSError):
+    """The epoch's backup could not be written (the message names the folder and the OS error)."""
+
+
+def weights_file(model):
+    """The bytes of `model.save_weights(...)`'s `.weights.h5` (weights and optimizer state), built in memory.
+
+    HDF5 writing straight to disk crashes the process (SIGSEGV in h5py's
+    `close`) when a write fails; written from memory, the file write raises
+    a plain `OSError` instead.
+    """
+    try:
+        from keras.src.saving import saving_lib
+
+        buffer = io.BytesIO()
+        store = saving_lib.H5IOStore(buffer, mode="w")
+        saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
+                               visited_saveables=set())
+        store.close()
+        return buffer.getvalue()
+    except (ImportError, AttributeError, TypeError):  # Keras moved its internals: through a file
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = pathlib.Path(folder) / WEIGHTS
+            model.save_weights(path)
+            return path.read_bytes()
 
 
 def weights_are_finite(model):
     """True if every float weight of `model` is finite (no NaN or inf)."""
     return all(np.isfinite(keras.ops.convert_to_numpy(w)).all() for w in model.weights
                if "float" in str(w.dtype))
+
+
+def _write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def _fsync_folder(folder):

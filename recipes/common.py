@@ -5,13 +5,18 @@ Serving plus `model.keras`, vocabularies, `config.json`, `metrics.json` and
 the training logs), atomically. While it trains, its state lives in
 `<output-dir>/<name>/_training/` (BackupAndRestore, checkpoints, TensorBoard
 logs, CSV log): rerun the same command after a crash and it resumes from the
-last finished epoch. Learned vocabularies (and mini-BERT's sentence pairs)
+last finished epoch. One run at a time holds the folder (`_training.lock`,
+`recipes.lock`): a second one exits with status 2. Ctrl-C exits with status
+130 and keeps the finished epochs' backups; a failed write (a full disk)
+exits with status 1, naming the path and the error. Learned vocabularies (and mini-BERT's sentence pairs)
 are cached in `<output-dir>/<name>/_prepared/` (`recipes.prepared`). TF
 Serving ignores the non-numeric folders.
 """
 
 import argparse
 import contextlib
+import errno
+import functools
 import json
 import math
 import os
@@ -25,8 +30,49 @@ import keras  # noqa: E402
 
 from kformer import models, runtime  # noqa: E402
 from kformer.export.versioning import write_new_version  # noqa: E402
-from recipes import model_card, plots, prepared  # noqa: E402
+from recipes import lock, model_card, plots, prepared  # noqa: E402
 from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO}
+_running = {}  # "backup": the AtomicBackupAndRestore of the `fit` in progress or last run
+
+
+def entry_point(main):
+    """Wrap a recipe's `main(argv=None)`: Ctrl-C and write errors end it cleanly, locks are released.
+
+    Ctrl-C (SIGINT) exits with status 130 and a message saying after which
+    epoch (the finished epochs' backups stay, so the same command resumes);
+    an `OSError` (a full disk, `ulimit -f`, a read-only folder) exits with
+    status 1 naming the error. Either way, and on success, the `_training`
+    lock is released (`training_dir`).
+    """
+    @functools.wraps(main)
+    def run(argv=None):
+        _running.clear()
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print(f"\n{_interrupted()}", file=sys.stderr, flush=True)
+            sys.exit(130)
+        except OSError as err:  # a full disk, `ulimit -f`, a read-only folder: not a bug
+            unnamed = err.errno in _WRITE_ERRORS and not err.filename and "/" not in str(err)
+            held = ", ".join(str(p.with_suffix("")) for p in lock._held) or "the output folder"
+            fail(f"{err}" + (f" (writing under {held})" if unnamed else ""))
+        finally:
+            lock.release_all()
+    return run
+
+
+def _interrupted():
+    backup = _running.get("backup")
+    if backup is None:
+        return "interrupted before training started; rerun the same command to start again"
+    if backup.finished:
+        return "interrupted after training, before the version was written; rerun the same command to run again"
+    if backup.last_epoch:
+        return f"interrupted after epoch {backup.last_epoch}; rerun the same command to resume"
+    return "interrupted in the first epoch, before any was backed up; rerun the same command to start again"
 
 
 def bounded(kind, low, high=None, *, open_low=False):
@@ -251,8 +297,17 @@ def training_dir(args, name):
 
     A rerun resumes from the folder only with the same training flags; a
     different one (say `--sequence-length`) exits with status 2, naming it.
+    The run holds `<output-dir>/<name>/_training.lock` until it ends
+    (`entry_point`, `finish`); while another live process holds it, this
+    exits with status 2 naming the lock file and that process.
     """
     work_dir = pathlib.Path(args.output_dir) / name / "_training"
+    try:
+        lock.acquire(work_dir.with_suffix(".lock"))
+    except lock.HeldError as err:
+        holder = f"host {err.holder.get('host')}, pid {err.holder.get('pid')}" if err.holder else "unknown"
+        usage_error(f"another run is training in {work_dir} ({holder}; lock file {err.path}). Wait for it to "
+                    "finish, or pass another --output-dir.")
     flags = {k: v for k, v in sorted(vars(args).items())
              if k not in MAY_CHANGE_ON_RESUME | {"builder"} and not k.startswith("_")}
     saved_path = work_dir / "flags.json"
@@ -264,6 +319,7 @@ def training_dir(args, name):
         differ = [k for k in flags if saved is not None and k in saved and saved[k] != flags[k]]
         if differ:
             shown = ", ".join(f"--{k.replace('_', '-')} was {saved[k]!r}, now {flags[k]!r}" for k in differ)
+            lock.release(work_dir.with_suffix(".lock"))
             usage_error(f"{work_dir} holds an unfinished run with other flags ({shown}). Rerun with "
                         f"its flags to resume it, or delete {work_dir} to start fresh.")
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -307,8 +363,14 @@ def finish(args, name, work_dir, write):
             else:
                 shutil.copytree(source, target)
 
-    run_dir = write_new_version(pathlib.Path(args.output_dir) / name, write_all)
+    base = pathlib.Path(args.output_dir) / name
+    try:
+        run_dir = write_new_version(base, write_all)  # removes its temporary folder on any error
+    except OSError as err:
+        fail(f"could not write the new version in {base} (its temporary folder is removed; the training "
+             f"state stays in {work_dir}): {err}")
     shutil.rmtree(work_dir, ignore_errors=True)
+    lock.release(pathlib.Path(work_dir).with_suffix(".lock"))
     return run_dir
 
 
@@ -358,10 +420,10 @@ def warmup_cosine(peak, steps, warmup_fraction=0.1):
 
 def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoch=None):
     """`model.fit` with the recipe callbacks; exits (writing nothing) if training diverged."""
+    fit_callbacks = callbacks(work_dir, args.patience, monitor, ema=getattr(model.optimizer, "use_ema", False))
+    _running["backup"] = next((c for c in fit_callbacks if isinstance(c, AtomicBackupAndRestore)), None)
     history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=args.verbose,
-                        steps_per_epoch=steps_per_epoch, shuffle=False,
-                        callbacks=callbacks(work_dir, args.patience, monitor,
-                                            ema=getattr(model.optimizer, "use_ema", False)))
+                        steps_per_epoch=steps_per_epoch, shuffle=False, callbacks=fit_callbacks)
     check_finite(model, history, work_dir)
     return history
 

@@ -179,6 +179,7 @@ def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, le
     return model, float(accuracy), round(time.time() - start, 1)
 
 
+@common.entry_point
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)

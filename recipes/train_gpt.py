@@ -57,6 +57,7 @@ def split_reviews(texts, seed, validation_fraction=0.05):
     return [texts[i] for i in order[held:]], [texts[i] for i in order[:held]]
 
 
+@common.entry_point
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)

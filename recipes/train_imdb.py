@@ -74,6 +74,7 @@ def optimizer(args, train_examples):
     return keras.optimizers.AdamW(learning_rate(args, train_examples), weight_decay=0.01, **ema)
 
 
+@common.entry_point
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)

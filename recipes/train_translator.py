@@ -83,6 +83,7 @@ def attention_example(sources, words=8):
     return min(range(min(len(sources), 200)), key=lambda i: (abs(len(sources[i].split()) - words), sources[i]))
 
 
+@common.entry_point
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)

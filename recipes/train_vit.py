@@ -57,6 +57,7 @@ def compile_model(model, args, train_examples, jit_compile=None):
                   jit_compile=args.jit_compile if jit_compile is None else jit_compile)
 
 
+@common.entry_point
 def main(argv=None):
     from kformer.data.preprocessors import ImageClassifierPreprocessor  # TensorFlow: not needed to parse flags
 

@@ -74,9 +74,12 @@ def test_image_files_are_classified(tmp_path, capsys):
     model.save(tmp_path / "vit.keras")
     image = np.random.default_rng(0).integers(0, 256, (40, 30, 3), dtype=np.uint8)  # resized, grayed
     (tmp_path / "digit.png").write_bytes(tf.io.encode_png(image).numpy())
-    assert cli.main(["predict", str(tmp_path / "vit.keras"), str(tmp_path / "digit.png")]) == 0
-    answer = json.loads(capsys.readouterr().out)
-    assert answer["output"] in [str(i) for i in range(10)]
+    odd_name = tmp_path / os.fsdecode(b"digit-\xff.png")  # a file name that is not UTF-8: read all the same
+    odd_name.write_bytes((tmp_path / "digit.png").read_bytes())
+    assert cli.main(["predict", str(tmp_path / "vit.keras"), str(tmp_path / "digit.png"), str(odd_name)]) == 0
+    answer, same = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert answer["output"] in [str(i) for i in range(10)] and same["output"] == answer["output"]
+    assert same["input"] == str(tmp_path / "digit-\\xff.png")
     with pytest.raises(SystemExit):
         cli.main(["predict", str(tmp_path / "vit.keras"), str(tmp_path / "vit.keras")])
     assert "is not a PNG, JPEG" in capsys.readouterr().err
@@ -97,3 +100,16 @@ def test_installed_script_trains_from_the_checkout_root(tmp_path):
     ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
     assert ran.returncode == 1 and "run it from the repository root" in ran.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-length=-1"], "argument --max-length: expected an integer >= 1, got '-1'"),
+    (["--max-length=0"], "argument --max-length: expected an integer >= 1, got '0'"),
+    (["--max-length=2.5"], "argument --max-length: expected an integer >= 1, got '2.5'"),
+    ([os.fsdecode(b"\xff\xfe")], r"inputs: argument 2, '\xff\xfe', is not UTF-8 text"),  # argv bytes
+])
+def test_predict_refuses_a_bad_max_length_or_text_that_is_not_utf8(classifier_path, argv, message, capsys):
+    path, _ = classifier_path
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["predict", str(path), "A fine film.", *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

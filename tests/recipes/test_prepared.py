@@ -124,3 +124,41 @@ def test_preparation_shows_progress(capsys):
     lm.packed_windows(CausalLMPreprocessor(tok, 8), TEXTS, verbose=2)
     out = capsys.readouterr().out
     assert out.count(f"{len(TEXTS)}/{len(TEXTS)}") == 2 and "text" in out and out.count("sentence") >= 2
+
+
+def test_a_damaged_cached_vocabulary_is_rebuilt_with_a_message(tmp_path, learned, capsys):
+    fresh = prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 40, tmp_path / "run1" / "vocabulary.txt")
+    cached, = (tmp_path / "cache").glob("vocabulary-*.txt")
+    lines = cached.read_text().splitlines(keepends=True)
+    for damage in ("".join(lines[:10]).encode(), np.random.default_rng(0).bytes(300)):  # cut short, garbage
+        cached.write_bytes(damage)
+        again = prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 40, tmp_path / "run2" / "vocabulary.txt")
+        assert again.vocabulary == fresh.vocabulary
+        assert f"the cached {cached} does not match its checksum (damaged); removed, rebuilding" in \
+            capsys.readouterr().err
+        (tmp_path / "run2" / "vocabulary.txt").unlink()
+    assert len(learned) == 3
+    assert [p.read_text() for p in (tmp_path / "cache").iterdir()] == ["".join(lines)]
+    unchecked = cached.with_name(cached.name.rsplit("-", 1)[0] + ".txt")  # written before checksums
+    cached.rename(unchecked)
+    prepared.tokenizer(tmp_path / "cache", "vocabulary", TEXTS, 40, tmp_path / "run3" / "vocabulary.txt")
+    assert "has no checksum in its name" in capsys.readouterr().err and not unchecked.exists()
+
+
+def test_a_damaged_cached_array_file_is_rebuilt_with_a_message(tmp_path, capsys):
+    texts = imdb.load_split("unsup", max_examples=20)[0]
+    preprocessor = CausalLMPreprocessor(WordPieceTokenizer.learn(texts, 300), 16)
+    fresh = prepared.lm_windows(tmp_path, texts, preprocessor)
+    cached, = tmp_path.glob("lm_windows-*.npz")
+    good = cached.read_bytes()
+    for damage in (np.random.default_rng(0).bytes(len(good)), good[: len(good) // 2]):
+        cached.write_bytes(damage)
+        assert np.array_equal(prepared.lm_windows(tmp_path, texts, preprocessor), fresh)
+        assert f"the cached {cached} does not match its checksum" in capsys.readouterr().err
+        assert cached.read_bytes() == good  # rebuilt under the same name
+    # A file whose checksum matches but does not load (an npz written by another program) is rebuilt too.
+    bad = cached.with_name(cached.name.rsplit("-", 1)[0] + f"-{prepared._checksum(b'junk')}.npz")
+    bad.write_bytes(b"junk")
+    cached.unlink()
+    assert np.array_equal(prepared.lm_windows(tmp_path, texts, preprocessor), fresh)
+    assert f"the cached {bad} does not load (" in capsys.readouterr().err and not bad.exists()

@@ -72,6 +72,7 @@ def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
     assert (work / "backup").is_dir() and not (tmp_path / "imdb_tiny" / "1").exists()
     run_dir = train_imdb.main(flags)
     out = capsys.readouterr().out
+    assert f"taking over the lock {work.with_suffix('.lock')} of a run that no longer runs" in out  # the killed run's
     assert "Epoch 1/3" not in out and "Epoch 2/3" in out and "Epoch 3/3" in out
     with open(run_dir / "training_log.csv") as f:
         epochs = [int(row["epoch"]) for row in csv.DictReader(f)]

@@ -1,5 +1,6 @@
 """Versions never collide or loop; training backups survive truncation and a kill mid-write."""
 
+import errno
 import os
 import pathlib
 import subprocess
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 from kformer.export.versioning import next_version, write_new_version
-from recipes.backup import AtomicBackupAndRestore
+from recipes import backup as backup_module
+from recipes import common
+from recipes.backup import AtomicBackupAndRestore, BackupWriteError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -90,18 +93,17 @@ def test_a_truncated_backup_falls_back_to_the_previous_epoch(tmp_path, capsys):
 def test_a_kill_during_the_backup_write_resumes_from_the_last_whole_backup(tmp_path):
     script = """
 import os, signal, sys
-import keras
+from recipes import backup
 from recipes.backup import AtomicBackupAndRestore
 from tests.reliability.test_versions_and_backups import DATA, _model
 
-original = keras.Model.save_weights
-def save_then_die(self, path, *args, **kwargs):
-    original(self, path, *args, **kwargs)
-    if "epoch-2" in str(path):  # half the file on disk, then SIGKILL
-        with open(path, "r+b") as f:
-            f.truncate(os.path.getsize(path) // 2)
-        os.kill(os.getpid(), signal.SIGKILL)
-keras.Model.save_weights = save_then_die
+original = backup._write
+def write_then_die(path, data):
+    if "epoch-2" not in str(path):
+        return original(path, data)
+    original(path, data[: len(data) // 2])  # half the file on disk, then SIGKILL
+    os.kill(os.getpid(), signal.SIGKILL)
+backup._write = write_then_die
 _model().fit(*DATA, epochs=4, verbose=0, callbacks=[AtomicBackupAndRestore(sys.argv[1])])
 """
     backup = tmp_path / "backup"
@@ -125,3 +127,40 @@ def test_a_diverged_epoch_is_not_backed_up_and_the_last_finite_one_is_kept(tmp_p
     history = _model().fit(*DATA, epochs=5, batch_size=4, verbose=0, callbacks=callbacks)
     assert len(history.epoch) == 3 and np.isnan(history.history["loss"][-1])  # stopped in epoch 3
     assert sorted(p.name for p in backup.iterdir()) == ["epoch-1"]  # not the poisoned epoch 2
+
+
+def test_a_failed_backup_write_removes_its_temporary_folder_and_exits_1_naming_it(tmp_path, monkeypatch):
+    backup = tmp_path / "backup"
+
+    def disk_full(path, data):
+        path.write_bytes(data[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(backup_module, "_write", disk_full)
+    fit = common.entry_point(lambda argv: _model().fit(*DATA, epochs=2, verbose=0,
+                                                       callbacks=[AtomicBackupAndRestore(backup)]))
+    with pytest.raises(SystemExit) as exit_info:
+        fit()
+    assert exit_info.value.code == (f"error: could not write the backup of epoch 1 to {backup / '.tmp-epoch-1'} "
+                                    "(removed): [Errno 28] No space left on device")
+    assert list(backup.iterdir()) == []
+    with pytest.raises(BackupWriteError):  # an OSError, for callers of the callback itself
+        _model().fit(*DATA, epochs=1, verbose=0, callbacks=[AtomicBackupAndRestore(backup)])
+
+
+def test_a_failed_version_write_exits_1_and_keeps_the_training_state(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    work_dir = tmp_path / "m" / "_training"
+    (work_dir / "backup" / "epoch-1").mkdir(parents=True)
+
+    def disk_full(tmp):
+        (tmp / "model.keras").write_bytes(b"half")
+        raise OSError(errno.EFBIG, "File too large", str(tmp / "model.keras"))
+
+    with pytest.raises(SystemExit) as exit_info:
+        common.finish(SimpleNamespace(output_dir=str(tmp_path)), "m", work_dir, disk_full)
+    message = str(exit_info.value.code)
+    assert message.startswith(f"error: could not write the new version in {tmp_path / 'm'} (its temporary folder "
+                              f"is removed; the training state stays in {work_dir}): [Errno 27] File too large: ")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["_training"]  # no .tmp-*, no version
