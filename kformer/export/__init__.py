@@ -14,7 +14,7 @@ import importlib
 
 _HOMES = {"export_for_serving": "serving", "save_for_serving": "serving", "SIGNATURES": "signatures",
           "Signature": "signatures", "signatures_of": "signatures", "next_version": "versioning",
-          "write_new_version": "versioning"}
+          "write_new_version": "versioning", "MAX_VERSION": "versioning"}
 
 __all__ = sorted(_HOMES)
 

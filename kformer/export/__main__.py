@@ -6,12 +6,14 @@ SavedModel to OUT_DIR. `python -m kformer.export --worker` does the same for
 each request on stdin (`kformer.export.worker`).
 """
 
+import os
 import sys
 
 from kformer.export import worker
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
+    if sys.argv[1:] == ["--worker"]:  # by hand: kformer's exports start the worker with `worker._BOOT`
+        worker.watch_parent(os.getppid(), kill_signal=False)
         worker.serve()
     elif len(sys.argv) == 3:
         worker.export_stage(*sys.argv[1:])

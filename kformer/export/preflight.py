@@ -77,9 +77,9 @@ def check(version_dir, xla=False):
         raise FileNotFoundError(f"`version_dir` {str(version_dir)!r} is not a folder: expected a SavedModel "
                                 "version folder such as saved_models/imdb_bigram/1")
     if not os.path.isfile(os.path.join(version_dir, "saved_model.pb")):
-        from kformer.export.versioning import next_version  # only here: a client loads this file without kformer
+        from kformer.export.versioning import newest_version  # only here: a client loads this file without kformer
 
-        newest = next_version(version_dir) - 1
+        newest = newest_version(version_dir)
         hint = f" (a model's base folder? its newest version is {os.path.join(version_dir, str(newest))})" \
             if newest else ""
         raise FileNotFoundError(f"`version_dir` {str(version_dir)!r} holds no saved_model.pb{hint}: expected a "

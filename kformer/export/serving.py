@@ -25,12 +25,15 @@ from kformer.export.versioning import write_new_version
 def export_for_serving(task, export_dir, *, version=None, **options):
     """Write `export_dir/<version>/` (the next free integer by default) atomically.
 
-    Never overwrites an existing version.
+    Never overwrites an existing version. A bad `export_dir` or `version` is
+    a ValueError before the model is traced or saved.
 
     Args:
         task: a kformer task with its preprocessor (see `save_for_serving`).
-        export_dir: path. The model's base folder, as TF Serving watches it.
-        version: int >= 1, or None for the next free one.
+        export_dir: path. The model's base folder, as TF Serving watches it:
+            a folder, or a new path below one, that this process can write.
+        version: int in 1 .. 2**63 - 1 (TF Serving's int64), or None for
+            the next free one (`kformer.export.versioning.next_version`).
         **options: those of `save_for_serving`.
 
     Returns:
@@ -45,12 +48,13 @@ def export_for_serving(task, export_dir, *, version=None, **options):
     >>> path.name, sorted(p.name for p in path.iterdir())[:3]
     ('1', ['assets', 'assets.extra', 'fingerprint.pb'])
     """
-    return write_new_version(export_dir, lambda tmp: save_for_serving(task, tmp, **options), version=version)
+    return write_new_version(export_dir, lambda tmp: save_for_serving(task, tmp, **options), version=version,
+                             argument="export_dir")
 
 
 def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
                      model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                     xla=False, max_length_ratio=None, max_length_offset=10):
+                     xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
@@ -80,6 +84,12 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
             CPU); a stock server fails this signature's warmup request, so
             export without it for stock serving (`kformer check-serving`). It compiles once per request batch size. Defaults to `False`.
         class_names: list of str. Classifiers: the labels (default: `task.class_names`).
+        max_image_pixels: int in [1, 2**31 - 1]. Image classification: the
+            `serving_default` signature (encoded image bytes) refuses an
+            image of more pixels (width * height) with INVALID_ARGUMENT, from
+            its header before decoding it (PNG, JPEG, GIF, BMP, WebP; JPEG XL
+            after decoding). Default `None`: 4096 * 4096
+            (`kformer.export.signatures.DEFAULT_MAX_IMAGE_PIXELS`).
         model_name: str. Name in the warmup requests (default: `task.name`).
         warmup_requests: bool. Also write `assets.extra/tf_serving_warmup_requests`.
 
@@ -96,7 +106,7 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
     """
     preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name,
                                      top_p, temperature, no_repeat_ngram_size, xla, max_length_ratio,
-                                     max_length_offset)
+                                     max_length_offset, max_image_pixels)
     directory = pathlib.Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"`directory` must be an empty folder or a new path. Received: {directory} "
@@ -136,7 +146,7 @@ def default_preprocessor(task):
 
 
 def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature,
-             no_repeat_ngram_size, xla=False, max_length_ratio=None, max_length_offset=10):
+             no_repeat_ngram_size, xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None):
     task_type = getattr(task, "task_type", None)
     if task_type not in SIGNATURES:
         raise ValueError("`task` must be a kformer task model with serving signatures "
@@ -152,6 +162,17 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
             raise ValueError(f"`class_names` must be {task.num_classes} strings (the model's classes). "
                              f"Received: class_names={names!r}")
         options["class_names"] = list(names)
+    if task_type == "image_classification":
+        from kformer.export.signatures import DEFAULT_MAX_IMAGE_PIXELS, MAX_IMAGE_PIXELS_LIMIT
+
+        pixels = DEFAULT_MAX_IMAGE_PIXELS if max_image_pixels is None else max_image_pixels
+        if not isinstance(pixels, int) or isinstance(pixels, bool) or not 1 <= pixels <= MAX_IMAGE_PIXELS_LIMIT:
+            raise ValueError(f"`max_image_pixels` must be an int in [1, 2**31 - 1] (width * height of the "
+                             f"largest image served). Received: max_image_pixels={max_image_pixels!r}")
+        options["max_image_pixels"] = pixels
+    elif max_image_pixels is not None:
+        raise ValueError(f"`max_image_pixels` is for image classification. Received: "
+                         f"max_image_pixels={max_image_pixels!r} for a {task_type} task")
     if task_type == "translation":
         options.update(max_length=max_length or preprocessor.sequence_length, num_beams=num_beams)
         for name in ("max_length", "num_beams"):

@@ -129,7 +129,12 @@ def generate_text(strategy):
 
 
 def fill_mask(task, preprocessor, options):
-    """Text with [MASK] tokens -> top-k `tokens` / `scores` / `token_ids` `(batch, masks, k)`, `num_masks`."""
+    """Text with [MASK] tokens -> top-k `tokens` / `scores` / `token_ids` `(batch, masks, k)`, `num_masks`.
+
+    A text with a `[MASK]` past the preprocessor's `sequence_length` (cut off
+    with the tokens after it) is refused: INVALID_ARGUMENT naming the text,
+    not an answer that silently leaves that mask out.
+    """
     top_k = options["top_k"]
     tokenizer = preprocessor.tokenizer
     mask_id = tokenizer.token_to_id(MASK)
@@ -138,6 +143,10 @@ def fill_mask(task, preprocessor, options):
         inputs = preprocessor.inputs(text)
         if "mask_positions" not in inputs:
             inputs["mask_positions"] = preprocessor.find_masks(inputs["token_ids"])
+        with tf.control_dependencies([_check_masks_fit(text, inputs["token_ids"], tokenizer, mask_id,
+                                                       preprocessor.sequence_length)]):
+            mask_positions = tf.identity(inputs["mask_positions"])
+        inputs["mask_positions"] = mask_positions
         valid = tf.equal(tf.gather(inputs["token_ids"], inputs["mask_positions"], batch_dims=1), mask_id)
         logits = task(inputs, training=False)["mlm_logits"]
         scores, token_ids = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32)), top_k)
@@ -148,6 +157,22 @@ def fill_mask(task, preprocessor, options):
     return fill
 
 
+def _check_masks_fit(text, token_ids, tokenizer, mask_id, sequence_length):
+    """An assert op: every `[MASK]` of each text is among its packed `token_ids` (none was truncated away)."""
+    def count(ids):
+        return tf.reduce_sum(tf.cast(tf.equal(ids, mask_id), tf.int32), axis=1)
+
+    written, kept = count(tokenizer.tokenize(text)), count(token_ids)
+    lost = written > kept
+    row = tf.argmax(tf.cast(lost, tf.int32), output_type=tf.int32)
+    message = tf.strings.format(
+        "`text`[{}] has {} [MASK] tokens, but only {} fit in sequence_length=%d (special tokens included): "
+        "a [MASK] lies past sequence_length %d and would get no answer. Shorten the text or put the "
+        "[MASK] earlier." % (sequence_length, sequence_length),
+        (row, tf.gather(written, row), tf.gather(kept, row)))
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(lost)), [message])
+
+
 def classify_images(task, preprocessor, options):
     def classify(images):
         return _labelled(task(preprocessor.inputs(images), training=False), options["class_names"])
@@ -155,16 +180,81 @@ def classify_images(task, preprocessor, options):
 
 
 def classify_image_bytes(task, preprocessor, options):
+    """Encoded images `(batch,)` -> labels. An image over `max_image_pixels` is INVALID_ARGUMENT, refused
+    from its header before decoding (PNG, JPEG, GIF, BMP, WebP), or after it (JPEG XL, a GIF frame wider
+    than its screen)."""
     shape = [preprocessor.image_size, preprocessor.image_size, preprocessor.channels]
+    limit = options.get("max_image_pixels", DEFAULT_MAX_IMAGE_PIXELS)
 
-    def decode(image_bytes):
-        image = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
-        return preprocessor.inputs(image[None])[0]
+    def decode(args):
+        image_bytes, index = args
+        width, height = claimed_size(image_bytes)
+        with tf.control_dependencies([_check_pixels(width, height, index, limit, "its header says")]):
+            image = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+        size = tf.cast(tf.shape(image), tf.int64)
+        with tf.control_dependencies([_check_pixels(size[1], size[0], index, limit, "decoded")]):
+            return preprocessor.inputs(tf.identity(image)[None])[0]
 
     def classify(image_bytes):
-        images = tf.map_fn(decode, image_bytes, fn_output_signature=tf.TensorSpec(shape, tf.float32))
+        index = tf.range(tf.shape(image_bytes, out_type=tf.int64)[0])
+        images = tf.map_fn(decode, (image_bytes, index), fn_output_signature=tf.TensorSpec(shape, tf.float32))
         return _labelled(task(images, training=False), options["class_names"])
     return classify
+
+
+DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096  # 16.8 megapixels (48 MiB decoded as RGB): a phone photo fits
+MAX_IMAGE_PIXELS_LIMIT = 2**31 - 1  # the largest `max_image_pixels`: width * height stays exact in int64
+
+
+def _check_pixels(width, height, index, limit, how):
+    too_big = (width > limit) | (height > limit) | (width * height > limit)  # the product: both <= limit
+    message = tf.strings.format("`image_bytes`[{}] is a {}x{} image (%s): more than this model's "
+                                "max_image_pixels=%d (set at export). Send a smaller image." % (how, limit),
+                                (index, width, height))
+    return tf.debugging.Assert(tf.logical_not(too_big), [message])
+
+
+def claimed_size(image_bytes):
+    """`(width, height)` int64 scalars that an encoded image's header claims, read without decoding it.
+
+    PNG (IHDR), JPEG (its SOFn marker, `tf.io.extract_jpeg_shape`), GIF
+    (the logical screen), BMP and WebP (VP8, VP8L, VP8X); `(0, 0)` for
+    another format or too few bytes (`tf.io.decode_image` then refuses it or
+    decodes it first).
+    """
+    head = tf.strings.substr(tf.strings.join([tf.strings.substr(image_bytes, 0, 32), b"\0" * 32]), 0, 32)
+    byte = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+    def little(start, count):
+        return sum(byte[start + i] * 256**i for i in range(count))
+
+    def big(start, count):
+        return sum(byte[start + i] * 256**(count - 1 - i) for i in range(count))
+
+    def starts(prefix, at=0):
+        return tf.equal(tf.strings.substr(head, at, len(prefix)), prefix)
+
+    def signed32(value):
+        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))  # BMP: a negative height is top-down
+
+    vp8l = little(21, 4)
+    webp = starts(b"RIFF") & starts(b"WEBP", 8)
+    candidates = [  # (is this format, width, height)
+        (starts(b"\x89PNG\r\n\x1a\n"), big(16, 4), big(20, 4)),
+        (starts(b"GIF8"), little(6, 2), little(8, 2)),
+        (starts(b"BM"), signed32(little(18, 4)), signed32(little(22, 4))),
+        (webp & starts(b"VP8X", 12), little(24, 3) + 1, little(27, 3) + 1),
+        (webp & starts(b"VP8L", 12), vp8l % 2**14 + 1, vp8l // 2**14 % 2**14 + 1),
+        (webp & starts(b"VP8 ", 12), little(26, 2) % 2**14, little(28, 2) % 2**14),
+    ]
+    width = height = tf.constant(0, tf.int64)
+    for match, w, h in reversed(candidates):
+        width, height = tf.where(match, w, width), tf.where(match, h, height)
+
+    def jpeg():
+        shape = tf.cast(tf.io.extract_jpeg_shape(image_bytes), tf.int64)
+        return shape[1], shape[0]
+    return tf.cond(starts(b"\xff\xd8\xff"), jpeg, lambda: (width, height))
 
 
 def _png():

@@ -7,13 +7,46 @@ import socket
 import tempfile
 
 
+MAX_VERSION = 2**63 - 1  # TF Serving reads a version folder's name as an int64
+
+
+def versions(base_dir):
+    """`{version: name}` of the entries in `base_dir` that TF Serving reads as versions kformer writes.
+
+    A name counts when it is ASCII digits (`0-9` only; leading zeros allowed,
+    `007` is version 7) with a value in 1 .. `MAX_VERSION` (2**63 - 1). Any
+    other name is ignored: `²` or `٣` (digits to `str.isdigit` but not to
+    TF Serving), `0`, and numbers past int64 such as `99999999999999999999`,
+    which TF Serving cannot read as a version either. Files count too.
+
+    Args:
+        base_dir: path. A missing folder has no versions.
+    """
+    base_dir = pathlib.Path(base_dir)
+    found = {}
+    for path in base_dir.iterdir() if base_dir.is_dir() else ():
+        if path.name.isascii() and path.name.isdigit() and 1 <= int(path.name) <= MAX_VERSION:
+            found.setdefault(int(path.name), path.name)
+    return found
+
+
+def newest_version(base_dir):
+    """The largest version in `base_dir` (see `versions`), 0 if none."""
+    return max(versions(base_dir), default=0)
+
+
 def next_version(base_dir):
     """Smallest integer version above every existing `base_dir/<int>` (1 if none).
 
-    Files count too: a stray file named `3` makes the next version 4.
+    Files count too: a stray file named `3` makes the next version 4. Names
+    that are not versions in 1 .. 2**63 - 1 are ignored (see `versions`).
 
     Args:
         base_dir: path.
+
+    Raises:
+        ValueError: `base_dir` already holds version 2**63 - 1, TF Serving's
+            largest: there is no next one.
 
     Example:
 
@@ -23,9 +56,37 @@ def next_version(base_dir):
     >>> next_version(base)
     4
     """
+    newest = newest_version(base_dir)
+    if newest >= MAX_VERSION:
+        raise ValueError(f"{base_dir} already holds version {newest}, the largest TF Serving reads "
+                         f"(2**63 - 1): there is no next version. Pass an explicit free `version` "
+                         f"or another folder.")
+    return newest + 1
+
+
+def check_version(version):
+    """A ValueError unless `version` is an int in 1 .. 2**63 - 1 (None passes: the next free one)."""
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)
+                                or not 1 <= version <= MAX_VERSION):
+        raise ValueError(f"`version` must be an int in [1, 2**63 - 1 = {MAX_VERSION}] (TF Serving reads "
+                         f"versions as int64), or None for the next free one. Received: version={version!r}")
+
+
+def check_base_dir(base_dir, argument="base_dir"):
+    """A ValueError unless `base_dir` is a folder, or a path whose nearest existing part is a folder
+    (it is created below it), that this process can write. `argument` names it in the message."""
     base_dir = pathlib.Path(base_dir)
-    versions = [int(p.name) for p in base_dir.iterdir() if p.name.isdigit()] if base_dir.is_dir() else []
-    return max(versions, default=0) + 1
+    for path in (base_dir, *base_dir.parents):
+        if not path.exists():
+            continue
+        if not path.is_dir():
+            where = "" if path == base_dir else f" (cannot create {base_dir} below it)"
+            raise ValueError(f"`{argument}` must be a directory; {path} is a file{where}. "
+                             f"Received: {argument}={str(base_dir)!r}")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"`{argument}` must be a directory this process can write; {path} is not "
+                             f"writable. Received: {argument}={str(base_dir)!r}")
+        return
 
 
 def _tmp_prefix():
@@ -69,7 +130,7 @@ def _running(pid):
     return True
 
 
-def write_new_version(base_dir, write, version=None):
+def write_new_version(base_dir, write, version=None, argument="base_dir"):
     """Call `write(tmp_dir)`, then rename `tmp_dir` to `base_dir/<next version>`.
 
     The version directory appears whole or not at all, and an existing
@@ -79,9 +140,12 @@ def write_new_version(base_dir, write, version=None):
     an error. Returns the final path.
 
     Args:
-        base_dir: path. Created if missing.
+        base_dir: path. Created if missing. A path below a file, or one
+            this process cannot write, is a ValueError before `write` runs.
         write: callable `(tmp_dir: pathlib.Path) -> None` that fills the version.
-        version: int >= 1, or None for the next free one.
+        version: int in 1 .. 2**63 - 1 (TF Serving's int64), or None for
+            the next free one (`next_version`).
+        argument: str. The caller's name for `base_dir` in error messages.
 
     Example:
 
@@ -91,15 +155,18 @@ def write_new_version(base_dir, write, version=None):
     '1'
     """
     base_dir = pathlib.Path(base_dir)
-    if base_dir.exists() and not base_dir.is_dir():
-        raise ValueError(f"`base_dir` must be a directory; {base_dir} is a file.")
-    if version is not None:
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise ValueError(f"`version` must be an int >= 1. Received: version={version!r}")
-        if (base_dir / str(version)).exists():
-            raise ValueError(f"Version {version} already exists in {base_dir}; versions are never "
-                             "overwritten. Pass another `version` or None for the next free one.")
-    base_dir.mkdir(parents=True, exist_ok=True)
+    check_base_dir(base_dir, argument)
+    check_version(version)
+    if version is not None and version in versions(base_dir):
+        raise ValueError(f"Version {version} already exists in {base_dir} (as {versions(base_dir)[version]!r}); "
+                         "versions are never overwritten. Pass another `version` or None for the next free one.")
+    if version is None:
+        next_version(base_dir)  # no next version: an error now, not after `write`
+    try:
+        base_dir.mkdir(parents=True, exist_ok=True)
+    except PermissionError as err:  # `check_base_dir`'s os.access answered for another user
+        raise ValueError(f"`{argument}` must be a directory this process can write; {err}. "
+                         f"Received: {argument}={str(base_dir)!r}") from err
     remove_abandoned_writes(base_dir)
     tmp_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"{_tmp_prefix()}{os.getpid()}-", dir=base_dir))
     try:

@@ -3,9 +3,11 @@
 import os
 import pathlib
 import pickle
+import struct
 import subprocess
 import sys
 import time
+import zlib
 
 import keras
 import numpy as np
@@ -22,6 +24,10 @@ TEXTS = ["An absolutely wonderful film.", "", "terrible " * 400, "The acting was
 PROMPTS = ["The movie was", "", "terrible " * 40]  # the last is cut to max_length - 1 tokens
 CLASSES = ["negative", "positive"]
 DIGITS = [str(i) for i in range(10)]
+MAX_PIXELS = 32 * 32  # the ViT export's max_image_pixels: its warmup image has as many
+# The expected answer of a request the served graph must refuse: INVALID_ARGUMENT, and why.
+REFUSED = {"too many pixels": "max_image_pixels=1024 (set at export)",
+           "mask past the end": "lies past sequence_length 32"}
 # On JAX and torch every export goes through the same TensorFlow worker (kformer.export.worker),
 # which writes the same signatures as on TensorFlow. There the classifier and one decoding
 # export check that path (the translator on JAX, the language model on torch); TensorFlow
@@ -92,8 +98,12 @@ def exported_and_answered(tokenizer, tmp_path_factory):
         answer = pickle.load(f)
     assert not answer["kformer_imported"]
     for (path, signature, _), want, got in zip(requests, expected, answer["results"]):
-        assert want == "error" or "error" not in got, (path, signature, got.get("error"))
+        assert want == "error" or _refused(want) or "error" not in got, (path, signature, got.get("error"))
     return (requests, expected, answer["results"]), answer["warmup"]
+
+
+def _refused(want):
+    return isinstance(want, str) and want in REFUSED
 
 
 def _export_translator(tokenizer, base, text, add):
@@ -141,9 +151,12 @@ def _export_bert_and_vit(tokenizer, base, text, add):
     answers = mlm.fill_mask(TEXTS, top_k=3)
     add(path, "fill_mask", text, {"top_ids": np.argsort(-probs, axis=-1)[..., :3], "probs": probs,
                                   "answers": answers})
+    # 32 tokens hold [CLS], [SEP] and 30 masks: the 31st, or a mask after 40 words, would get no answer
+    for texts in (["[MASK] " * 30, "[MASK] " * 31], ["good " * 40 + "[MASK]"]):
+        add(path, "fill_mask", {"text": np.array(texts, dtype=object)}, "mask past the end")
 
     vit = models.vit(preset="vit_tiny")  # no preprocessor: export resizes to its input size
-    path = export.export_for_serving(vit, base / "vit", class_names=DIGITS)
+    path = export.export_for_serving(vit, base / "vit", class_names=DIGITS, max_image_pixels=MAX_PIXELS)
     gray = np.random.default_rng(0).integers(0, 256, (3, 28, 28, 1), dtype=np.uint8)
     rgb = np.repeat(gray, 3, axis=-1)  # equal channels: grayscale conversion returns `gray` (+-1)
     pngs = np.array([tf.io.encode_png(image).numpy() for image in rgb], dtype=object)
@@ -152,6 +165,29 @@ def _export_bert_and_vit(tokenizer, base, text, add):
     add(path, "classify_images", {"images": rgb}, want)
     add(path, "serving_default", {"image_bytes": pngs}, want)
     add(path, "serving_default", {"image_bytes": np.array([b"not an image"], dtype=object)}, "error")
+    for image in (tf.io.encode_png(np.zeros((32, 33, 3), np.uint8)).numpy(), *OVERSIZED_HEADERS):
+        add(path, "serving_default", {"image_bytes": np.array([pngs[0], image], dtype=object)}, "too many pixels")
+
+
+def _png_header(width, height):
+    """The first 33 bytes of a PNG: its signature and an IHDR chunk claiming `width` x `height`."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+
+
+def _jpeg_claiming(width, height):
+    """A small real JPEG whose SOF0 marker says `width` x `height`."""
+    data = bytearray(tf.io.encode_jpeg(np.zeros((16, 16, 3), np.uint8)).numpy())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+# Headers claiming 20000x20000 pixels (400 MB decoded; seconds to decode), each a few bytes long.
+OVERSIZED_HEADERS = (_png_header(20000, 20000), _jpeg_claiming(20000, 20000),
+                     b"GIF89a" + struct.pack("<HH", 20000, 20000) + bytes(3),
+                     b"BM" + bytes(12) + struct.pack("<Iii", 40, 20000, -20000) + bytes(28),
+                     b"RIFF" + bytes(4) + b"WEBPVP8X" + bytes(8) + (19999).to_bytes(3, "little") * 2)
 
 
 def test_classifiers_answer_like_keras(served):
@@ -221,7 +257,7 @@ def test_text_generation_equals_generate_and_samples_by_seed(served):
 
 @tf_exports_only
 def test_fill_mask_returns_top_k_per_mask(served, tokenizer):
-    (want, got), = [(w, g) for (p, _, _), w, g in zip(*served) if "bert_mlm" in p]
+    (want, got), = [(w, g) for (p, _, _), w, g in zip(*served) if "bert_mlm" in p and not _refused(w)]
     assert got["num_masks"].tolist() == [0, 0, 0, 2]
     assert [len(a) for a in want["answers"]] == [0, 0, 0, 2]  # BertPretrainer.fill_mask agrees
     assert [[c["token"] for c in m] for m in want["answers"][3]] == [
@@ -232,6 +268,21 @@ def test_fill_mask_returns_top_k_per_mask(served, tokenizer):
     assert [[t.decode() for t in row] for row in got["tokens"][3]] == [
         [tokenizer.vocabulary[i] for i in row] for row in want["top_ids"][3]]
     assert (got["tokens"][:3] == b"").all() and (got["token_ids"][:3] == -1).all()  # no mask: empty
+
+
+@tf_exports_only
+def test_requests_the_graph_cannot_answer_in_full_are_refused_with_the_reason(served):
+    """Images over `max_image_pixels` (refused from the header: a 33-byte PNG claiming 20000x20000 is
+    not decoded), and fill-mask texts with a [MASK] that the packing would cut off."""
+    refused = [(w, g, inputs) for (_, _, inputs), w, g in zip(*served) if _refused(w)]
+    assert [w for w, _, _ in refused] == ["mask past the end"] * 2 + ["too many pixels"] * 6
+    for want, got, inputs in refused:
+        assert got.get("error", "").startswith("InvalidArgumentError"), got
+        assert REFUSED[want] in got["error"], got["error"]
+        assert "[1]" in got["error"] or len(next(iter(inputs.values()))) == 1, got["error"]  # the row
+    assert "`text`[1] has 31 [MASK] tokens, but only 30 fit" in refused[0][1]["error"]
+    assert "`image_bytes`[1] is a 33x32 image (its header says)" in refused[2][1]["error"]  # over by a column
+    assert "`image_bytes`[1] is a 20000x20000 image (its header says)" in refused[3][1]["error"]
 
 
 @tf_exports_only
@@ -376,27 +427,78 @@ def test_a_dead_worker_is_reported_with_its_log_then_replaced(tmp_path, monkeypa
     assert worker._WORKER["process"].pid != process.pid
 
 
+WORKER_FILE = pathlib.Path(__file__).parents[2] / "kformer" / "export" / "worker.py"
+
+
 @pytest.mark.only_backend("jax")
 @pytest.mark.skipif(not pathlib.Path("/proc/self").exists(), reason="reads /proc")
-def test_the_workers_watch_ends_a_process_whose_starter_died():
-    """The worker runs this watch in a thread, so it stops in the middle of an export too."""
-    watch = ("import os, threading; from kformer.export.worker import _exit_with; "
-             "threading.Thread(target=_exit_with, args=(os.getppid(),)).start(); print('watching', flush=True)")
-    starter = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; child = subprocess.Popen("
-                                f"[sys.executable, '-c', {watch!r}]); print(child.pid, flush=True); time.sleep(600)"],
-                               stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("kill_signal", [True, False], ids=["prctl", "polling thread"])
+def test_the_workers_watch_ends_a_process_whose_starter_died(kill_signal):
+    """Both watches of `watch_parent`: Linux's parent-death signal, and the portable thread that polls."""
+    watch = ("import importlib.util, sys, time; spec = importlib.util.spec_from_file_location('w', sys.argv[1]); "
+             "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w); "
+             f"w.watch_parent(int(sys.argv[2]), kill_signal={kill_signal}); print('watching', flush=True); "
+             "time.sleep(600)")
+    starter = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time; child = subprocess.Popen("
+                                f"[sys.executable, '-c', {watch!r}, {str(WORKER_FILE)!r}, str(os.getpid())], "
+                                "stdout=subprocess.PIPE, text=True); print(child.pid, flush=True); "
+                                "print(child.stdout.readline().strip() or 'the child ended', flush=True); "
+                                "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
     child = int(starter.stdout.readline())
     try:
         assert starter.stdout.readline().strip() == "watching"
         starter.kill()
         starter.wait()
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(child), "the watched process outlived the process that started it"
+        assert _gone_within(child, 2), "the watched process outlived the process that started it"
     finally:
         if _alive(child):
             os.kill(child, 9)
+
+
+@pytest.mark.only_backend("jax")
+@pytest.mark.skipif(not pathlib.Path("/proc/self").exists(), reason="reads /proc")
+def test_the_worker_ends_when_its_parent_is_killed_mid_export(tmp_path):
+    """SIGKILL a process while its first export waits on the TensorFlow worker: the worker goes too.
+
+    The request then waits in the pipe while the worker imports TensorFlow (about 8 s). A worker that
+    looked up its parent only after that import took `init` for its parent and ran the export to its end.
+    The parent here runs `write_in_tensorflow` (the worker's half of `export_for_serving` on JAX and
+    torch) from `worker.py` loaded by its path, to start in a moment without Keras.
+    """
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    models.vit(preset="vit_tiny", num_layers=1).save(stage / "model.keras")
+    (stage / "options.json").write_text('{"model_name": "vit", "class_names": %s}' % str(DIGITS).replace("'", '"'))
+    script = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('w', sys.argv[1]); "
+              "worker = importlib.util.module_from_spec(spec); spec.loader.exec_module(worker)\n"
+              "started = worker._running_worker\n"
+              "def announce():\n    process, log = started()\n    print(process.pid, flush=True)\n"
+              "    return process, log\n"
+              "worker._running_worker = announce\n"
+              "worker.write_in_tensorflow(sys.argv[2], sys.argv[3])\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # the worker's log, left by the kill
+    parent = subprocess.Popen([sys.executable, "-c", script, str(WORKER_FILE), str(stage), str(tmp_path / "out")],
+                              stdout=subprocess.PIPE, text=True, env=env, cwd=pathlib.Path(__file__).parents[2])
+    line = parent.stdout.readline()
+    try:
+        worker_pid = int(line)
+        time.sleep(0.5)  # the request is in the worker's stdin; the worker is importing TensorFlow
+        assert _alive(worker_pid)
+        parent.kill()
+        parent.wait()
+        assert _gone_within(worker_pid, 2), "the export worker outlived the process that started it"
+        assert not (tmp_path / "out").exists()
+    finally:
+        parent.kill()
+        if line.strip().isdigit() and _alive(int(line)):
+            os.kill(int(line), 9)
+
+
+def _gone_within(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
 
 
 def _alive(pid):
@@ -447,6 +549,14 @@ def test_bad_arguments_name_the_argument(tokenizer):
         export.save_for_serving(fitting, "unused", xla=True)
     with pytest.raises(ValueError, match="`max_length_ratio` is for translation.*for a text_classification"):
         export.save_for_serving(fitting, "unused", max_length_ratio=1.5)
+    with pytest.raises(ValueError, match="`max_image_pixels` is for image classification.*max_image_pixels=100 "
+                                         "for a text_classification"):
+        export.save_for_serving(fitting, "unused", max_image_pixels=100)
+    vit = models.vit(preset="vit_tiny", num_layers=1)
+    for pixels in (0, 2**31, 1e6, True):
+        with pytest.raises(ValueError, match=rf"`max_image_pixels` must be an int in \[1, 2\*\*31 - 1\].*"
+                                             rf"Received: max_image_pixels={pixels!r}"):
+            export.save_for_serving(vit, "unused", max_image_pixels=pixels)
     translator = models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                    preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 16))
     with pytest.raises(ValueError, match="`max_length_ratio` must be a finite number > 0.*max_length_ratio=-1"):
