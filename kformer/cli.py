@@ -47,6 +47,9 @@ def _parser():
     export = sub.add_parser("export", help="write a TF Serving SavedModel from any backend")
     export.add_argument("path", help="a recipe's version folder or a .keras file")
     export.add_argument("--output-dir", required=True, help="the model's base folder: writes <dir>/<next version>")
+    export.add_argument("--max-image-pixels", type=_positive_int, default=None,
+                        help="image classifiers: the largest image (width x height) the served graph decodes "
+                             "(default 4096 x 4096); larger requests are refused from the image header")
     export.set_defaults(run=_export)
     check = sub.add_parser("check-serving", help="replay a version's warmup requests as a stock TF Serving "
                            "loads it (XLA compilation off); exit 1 if one fails")
@@ -58,7 +61,7 @@ def _parser():
 
 
 def _positive_int(text):
-    """`--max-length`: an integer >= 1 (argparse names the flag in the error)."""
+    """`--max-length`, `--max-image-pixels`: an integer >= 1 (argparse names the flag in the error)."""
     try:
         value = int(text)
     except ValueError:
@@ -169,8 +172,9 @@ def _export(parser, args):
     out = pathlib.Path(args.output_dir)
     if out.exists() and not out.is_dir():
         parser.error(f"--output-dir {args.output_dir!r} is a file, not a directory")
+    options = {} if args.max_image_pixels is None else {"max_image_pixels": args.max_image_pixels}
     try:
-        print(export.export_for_serving(task, out))
+        print(export.export_for_serving(task, out, **options))
     except ValueError as err:
         sys.exit(f"error: {err}")
     return 0

@@ -47,6 +47,8 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     assert cli.main(["export", str(path), f"--output-dir={tmp_path}"]) == 0
     assert capsys.readouterr().out.strip().endswith(str(tmp_path / "1"))
     assert (tmp_path / "1" / "saved_model.pb").is_file()
+    with pytest.raises(SystemExit, match="`max_image_pixels`"):  # a text classifier takes no image limit
+        cli.main(["export", str(path), f"--output-dir={tmp_path}", "--max-image-pixels=100"])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -54,6 +56,7 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     (["train", "nope"], "expected a recipe, one of ['imdb'"),
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
     (["export", "x.keras"], "--output-dir"),
+    (["export", "x.keras", "--output-dir=d", "--max-image-pixels=0"], "--max-image-pixels: expected an integer >= 1"),
     (["train", "imdb", "--learning-rate=nan"], "--learning-rate"),
     (["check-serving", "/no/such/version"], "path: `version_dir` '/no/such/version' is not a folder"),
     (["check-serving", "."], "holds no saved_model.pb"),
