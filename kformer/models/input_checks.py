@@ -98,6 +98,10 @@ def check_raw_type(task, x, name="x"):
 def check_labels(task, x, y, limits):
     """A ValueError naming `y` unless the labels are integers in range, one per row of `x`.
 
+    Labels with the full shape of their output (one-hot rows, or targets for
+    a loss such as `mse`) are dense, not class ids: only their row count and
+    finiteness are checked.
+
     Args:
         task: the task (its outputs name the labels of a dict `y`).
         x: the inputs (raw or model inputs), for their row count.
@@ -128,6 +132,10 @@ def check_labels(task, x, y, limits):
         if expected_rows is not None and len(array) != expected_rows:
             raise ValueError(f"`{shown}` has {len(array)} labels but `x` has {expected_rows} inputs: expected one "
                              f"per input. Received: len({shown})={len(array)}")
+        if _dense(task, output, array):
+            if array.dtype.kind in "fc" and array.size and not np.isfinite(array).all():
+                raise ValueError(f"`{shown}` must be finite: it holds NaN or infinite values.")
+            continue
         if not np.issubdtype(array.dtype, np.integer):
             raise ValueError(f"`{shown}` must hold integer class ids (labels are never rounded). Received: "
                              f"dtype {array.dtype}")
@@ -135,3 +143,13 @@ def check_labels(task, x, y, limits):
         if limit is not None and array.size and (array.min() < 0 or array.max() >= limit):
             raise ValueError(f"`{shown}` must be class ids in [0, {limit}). Received: values from {array.min()} "
                              f"to {array.max()}")
+
+
+def _dense(task, output, labels):
+    """Whether `labels` have the whole shape of `output`'s logits (classes included, more than one)."""
+    outputs = task._outputs_struct if isinstance(task._outputs_struct, dict) else {output: task.outputs[0]}
+    tensor = outputs.get(output)
+    if tensor is None:
+        return False
+    classes = tensor.shape[-1]
+    return labels.ndim == len(tensor.shape) and classes not in (None, 1) and labels.shape[-1] == classes

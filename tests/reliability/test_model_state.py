@@ -242,3 +242,12 @@ def test_load_names_the_path_of_anything_but_a_whole_keras_file(classifier, tmp_
         with pytest.raises(ValueError, match=rf"`path` must be a whole `.keras` file.*{name}.keras.*"
                                              "not a readable zip archive"):
             models.load(tmp_path / f"{name}.keras")
+
+
+def test_labels_with_the_whole_output_shape_are_dense_targets(tokenizer):
+    task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=16)
+    task.compile("sgd", "categorical_crossentropy")
+    one_hot = np.eye(2, dtype="float32")[[0, 1, 1, 0]]
+    assert np.isfinite(task.fit(IDS, one_hot, verbose=0).history["loss"][0])
+    with pytest.raises(ValueError, match="`y` must be finite"):
+        task.fit(IDS, np.full((4, 2), np.nan, "float32"), verbose=0)
