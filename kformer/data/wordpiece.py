@@ -11,7 +11,9 @@ numpy (`kformer.data.wordpiece_learner`).
 """
 
 import collections
+import functools
 import pathlib
+import unicodedata
 import weakref
 
 import keras
@@ -25,6 +27,13 @@ PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
 MAX_CHARS_PER_WORD = 100
 VOCABULARY_FILE = "vocabulary.txt"
 _ENCODERS = weakref.WeakKeyDictionary()  # tokenizer -> compiled `encode` functions (not tracked)
+BERT_SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # a published BERT vocabulary's (ids its own)
+# "kformer": `normalize`. "bert_uncased" / "bert_cased": Hugging Face's BertNormalizer and
+# BertPreTokenizer (`bert_normalize`), with and without lower-casing + accent stripping.
+NORMALIZERS = ("kformer", "bert_uncased", "bert_cased")
+# CJK ideographs get spaces around them (the ranges of Hugging Face tokenizers' `is_chinese_char`)
+_CJK = (r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}"
+        r"\x{2B920}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
 
 
 TRUNCATIONS = ("head", "tail", "head_tail")
@@ -92,6 +101,77 @@ def normalize(texts):
     return tf.strings.regex_replace(texts, r"\[ mask \]", MASK)
 
 
+@functools.cache
+def _uncased_map():
+    """{char: lower(strip_accents(char))} for every code point it changes: BertNormalizer's NFD,
+    dropping of nonspacing marks (Mn), then lower-casing, one character at a time."""
+    table = {}
+    # nothing past plane 2 decomposes or has a case, but plane 14's variation selectors are marks
+    for code in (*range(0xD800), *range(0xE000, 0x30000), *range(0xE0000, 0xE1000)):
+        char = chr(code)
+        out = "".join(c for c in unicodedata.normalize("NFD", char) if unicodedata.category(c) != "Mn").lower()
+        if out != char:
+            table[char] = out
+    return table
+
+
+def uncased_table():
+    """A `tf.lookup.StaticHashTable` of `_uncased_map` (absent characters give "\\x00").
+
+    Example:
+
+    >>> uncased_table().lookup(tf.constant(["É", "x"])).numpy().tolist()
+    [b'e', b'\\x00']
+    """
+    table = _uncased_map()
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(list(table)), tf.constant(list(table.values()))), "\x00")
+
+
+def bert_normalize(texts, lowercase=True, special_tokens=BERT_SPECIAL_TOKENS, char_table=None):
+    """Hugging Face's BERT text normalization and pre-tokenization, words space-separated.
+
+    In order: the special tokens written in the text (exact case) are kept whole; control,
+    format, private-use characters, NUL and U+FFFD are removed; every Unicode space becomes
+    " "; CJK ideographs get spaces around them; with `lowercase`, each character is NFD-decomposed,
+    its nonspacing marks dropped and the rest lower-cased (`char_table`, a StaticHashTable made
+    by `WordPieceTokenizer`); punctuation becomes words of its own.
+
+    Args:
+        texts: tf.string tensor (any shape) or str.
+        lowercase: bool. Strip accents and lower-case (uncased checkpoints).
+        special_tokens: tokens kept whole where written (at most 8).
+        char_table: the lower-casing table (`uncased_table()`); made here when None.
+
+    Example:
+
+    >>> bert_normalize("Déjà [MASK] vu,中文!").numpy().decode().split()
+    ['deja', '[MASK]', 'vu', ',', '中', '文', '!']
+    >>> bert_normalize("Déjà [MASK]", lowercase=False).numpy().decode().split()
+    ['Déjà', '[MASK]']
+    """
+    texts = tf.strings.regex_replace(texts, r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\p{Cf}\p{Co}\x{FFFD}]", "")
+    texts = tf.strings.regex_replace(texts, r"[\t\n\r\p{Z}]", " ")
+    for i, token in enumerate(special_tokens):  # placeholders \x01..\x08: none survives the line above
+        texts = tf.strings.regex_replace(texts, _re_escape(token), f" {chr(1 + i)} ")
+    texts = tf.strings.regex_replace(texts, f"({_CJK})", r" \1 ")
+    if lowercase:
+        char_table = uncased_table() if char_table is None else char_table
+        chars = tf.strings.unicode_split(tf.reshape(texts, [-1]), "UTF-8")  # [texts, (chars)]
+        flat = chars.flat_values
+        mapped = char_table.lookup(flat)
+        joined = tf.strings.reduce_join(chars.with_flat_values(tf.where(mapped == "\x00", flat, mapped)), axis=-1)
+        texts = tf.reshape(joined, tf.shape(texts))
+    texts = tf.strings.regex_replace(texts, f"({PUNCTUATION})", r" \1 ")
+    for i, token in enumerate(special_tokens):
+        texts = tf.strings.regex_replace(texts, chr(1 + i), token.replace("\\", "\\\\"))
+    return texts
+
+
+def _re_escape(token):
+    return "".join(f"\\{c}" if c in "\\^$.|?*+()[]{}-" else c for c in token)
+
+
 def count_words(texts, max_words=None, verbose=0):
     """The `max_words` most frequent words of `texts` after `normalize`, as `{word: count}`, most frequent first.
 
@@ -122,8 +202,13 @@ class WordPieceTokenizer(keras.layers.Layer):
     Args:
         vocabulary: list of str, or None to set it later (`.keras` loading
             restores it from the `vocabulary.txt` asset). Continuation pieces
-            start with `##`. Must hold every token of `SPECIAL_TOKENS`, with
+            start with `##`. Must hold every token of `special_tokens`, with
             `[PAD]` at id 0.
+        special_tokens: the special tokens the vocabulary must hold, at any
+            ids. Defaults to `SPECIAL_TOKENS`; a published BERT vocabulary
+            uses `BERT_SPECIAL_TOKENS` (its own ids: [UNK] 100, [CLS] 101, ...).
+        normalizer: `"kformer"` (`normalize`, the default), or `"bert_uncased"`
+            / `"bert_cased"` (Hugging Face's BERT normalization, `bert_normalize`).
         **kwargs: Passed to `keras.layers.Layer` (`name`, ...).
 
     Call arguments:
@@ -144,8 +229,19 @@ class WordPieceTokenizer(keras.layers.Layer):
     'a fine films.'
     """
 
-    def __init__(self, vocabulary=None, **kwargs):
+    def __init__(self, vocabulary=None, special_tokens=None, normalizer="kformer", **kwargs):
         super().__init__(**kwargs)
+        if normalizer not in NORMALIZERS:
+            raise ValueError(f"`normalizer` must be one of {NORMALIZERS}. Received: normalizer={normalizer!r}")
+        special_tokens = SPECIAL_TOKENS if special_tokens is None else tuple(special_tokens)
+        if PAD not in special_tokens or not all(isinstance(t, str) and t for t in special_tokens):
+            raise ValueError(f"`special_tokens` must be non-empty strings including {PAD!r}. "
+                             f"Received: special_tokens={special_tokens!r}")
+        if normalizer != "kformer" and len(special_tokens) > 8:
+            raise ValueError(f"normalizer={normalizer!r} keeps at most 8 special tokens whole. "
+                             f"Received: special_tokens={special_tokens!r}")
+        self.special_tokens, self.normalizer = special_tokens, normalizer
+        self._char_table = uncased_table() if normalizer == "bert_uncased" else None
         self.vocabulary = None
         self.built = True  # no weights
         if vocabulary is not None:
@@ -161,10 +257,10 @@ class WordPieceTokenizer(keras.layers.Layer):
         if len(set(vocabulary)) != len(vocabulary):
             duplicate = next(t for t, n in collections.Counter(vocabulary).items() if n > 1)
             raise ValueError(f"`vocabulary` has duplicate tokens. Received: {duplicate!r} twice or more")
-        missing = [t for t in SPECIAL_TOKENS if t not in vocabulary]
+        missing = [t for t in self.special_tokens if t not in vocabulary]
         if missing or vocabulary[0] != PAD:
             raise ValueError(
-                f"`vocabulary` must start with {PAD!r} and contain {list(SPECIAL_TOKENS)}. "
+                f"`vocabulary` must start with {PAD!r} and contain {list(self.special_tokens)}. "
                 f"Missing: {missing}; first token: {vocabulary[0] if vocabulary else None!r}")
         self.vocabulary = vocabulary
         self.ids = {token: i for i, token in enumerate(vocabulary)}
@@ -231,8 +327,8 @@ class WordPieceTokenizer(keras.layers.Layer):
         pathlib.Path(path).write_text("".join(t + "\n" for t in self.vocabulary), encoding="utf-8")
 
     @classmethod
-    def load(cls, path):
-        """A tokenizer from a vocabulary file written by `save`."""
+    def load(cls, path, **kwargs):
+        """A tokenizer from a vocabulary file written by `save` (`kwargs`: the constructor's)."""
         path = pathlib.Path(path)
         if not path.is_file():
             raise ValueError(f"Vocabulary file not found: {path} (expected one token per line).")
@@ -244,16 +340,18 @@ class WordPieceTokenizer(keras.layers.Layer):
         if blank:
             raise ValueError(f"Vocabulary file {path} has blank lines (line {blank[0]}); expected "
                              "one token per line.")
-        return cls(lines)
+        return cls(lines, **kwargs)
 
     def save_assets(self, dir_path):
         self.save(pathlib.Path(dir_path) / VOCABULARY_FILE)
 
     def load_assets(self, dir_path):
-        self.set_vocabulary(type(self).load(pathlib.Path(dir_path) / VOCABULARY_FILE).vocabulary)
+        self.set_vocabulary(type(self).load(pathlib.Path(dir_path) / VOCABULARY_FILE,
+                                            special_tokens=self.special_tokens).vocabulary)
 
     def get_config(self):
-        return {**super().get_config(), "vocabulary": None}  # saved as an asset
+        return {**super().get_config(), "vocabulary": None,  # saved as an asset
+                "special_tokens": list(self.special_tokens), "normalizer": self.normalizer}
 
     def tokenize(self, texts):
         """tf.string [batch] -> int32 RaggedTensor [batch, (tokens)]."""
@@ -261,7 +359,11 @@ class WordPieceTokenizer(keras.layers.Layer):
         texts = tf.convert_to_tensor(texts, tf.string)
         if texts.shape.rank != 1:
             raise ValueError(f"`texts` must be a 1-D batch of strings. Received shape {texts.shape}")
-        words = tf.strings.split(normalize(texts))
+        if self.normalizer == "kformer":
+            words = tf.strings.split(normalize(texts))
+        else:
+            words = tf.strings.split(bert_normalize(texts, self.normalizer == "bert_uncased", self.special_tokens,
+                                                    self._char_table))
         distinct, index = tf.unique(words.flat_values)  # each distinct word is split once
         pieces = tf.gather(self._word_pieces(distinct), index)
         return words.with_flat_values(pieces).merge_dims(1, 2)
@@ -346,7 +448,11 @@ class WordPieceTokenizer(keras.layers.Layer):
         """int [batch, length] -> tf.string [batch]: joins pieces, drops special tokens."""
         token_ids = tf.cast(token_ids, tf.int32)
         tokens = self.id_to_token(token_ids)
-        keep = token_ids >= len(SPECIAL_TOKENS)
+        if self.special_tokens == SPECIAL_TOKENS:
+            keep = token_ids >= len(SPECIAL_TOKENS)
+        else:
+            special = tf.constant([self.ids[t] for t in self.special_tokens], tf.int32)
+            keep = tf.reduce_all(token_ids[..., None] != special, axis=-1)
         tokens = tf.where(keep, tokens, "")
         text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
         text = tf.strings.regex_replace(text, r"(^| )##", "")

@@ -1,6 +1,7 @@
 """Argument checks shared by every layer: each error names the argument and value."""
 
 import math
+import sys
 
 import keras
 import numpy as np
@@ -82,31 +83,19 @@ def known_index(name, value):
 def visible_values(x):
     """`x` as a NumPy array when its values can be read now (NumPy, an eager tensor), else None.
 
-    Inside `jax.jit`, a `tf.function` or `torch.compile` the values are
-    traced and cannot be read: id checks there are left to the task methods,
-    which check before the backend runs.
+    Inside `jax.jit`, a `tf.function`, Keras's symbolic build or `torch.compile`
+    the values are traced and cannot be read (JAX and TensorFlow refuse the
+    conversion; torch would break its graph): id checks there are left to the
+    task methods, which check before the backend runs.
     """
     if isinstance(x, np.ndarray):
         return x
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        if isinstance(x, jax.core.Tracer):
-            return None
-    elif backend == "tensorflow":
-        import tensorflow as tf
-
-        if not tf.executing_eagerly() or not hasattr(x, "numpy"):
-            return None
-    elif backend == "torch":
-        import torch
-
-        if torch.compiler.is_compiling() or not isinstance(x, torch.Tensor) or x.device.type == "meta":
-            return None
+    torch = sys.modules.get("torch")  # compiling only if torch is loaded already: never imported here
+    if keras.backend.backend() == "torch" and torch is not None and torch.compiler.is_compiling():
+        return None
     try:
         return np.asarray(keras.ops.convert_to_numpy(x))
-    except Exception:  # noqa: BLE001 (a symbolic tensor of another kind)
+    except Exception:  # noqa: BLE001 (a jax tracer, a symbolic tf.Tensor, a torch meta tensor)
         return None
 
 

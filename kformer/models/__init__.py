@@ -4,7 +4,8 @@
 `kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
 `TextClassifier`, `BertBackbone` and its `BertPretrainer` /
 `BertTextClassifier`, `ViTImageClassifier`, `CausalLM`, `ConformerEncoder`); `list_models()` names every
-preset; `load(path)` reads a recipe's output back; `layout_map(...)` shards a
+preset; `load(path)` reads a recipe's output back; `from_pretrained(folder or
+"hf://org/name")` loads a published BERT, GPT-2 or ViT checkpoint; `layout_map(...)` shards a
 model's weights for `keras.distribution.ModelParallel`.
 """
 
@@ -22,6 +23,7 @@ from kformer.models.generate import generate
 from kformer.models.gpt import CausalLM, causal_lm
 from kformer.models.load import load
 from kformer.models.parallel import layout_map
+from kformer.models.pretrained import from_pretrained
 from kformer.models.registry import build, builder, get_preset, list_models, register
 from kformer.models.task import Backbone, ClassifierTask, Task
 from kformer.models.training import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy, TransformerSchedule
@@ -48,6 +50,7 @@ __all__ = [
     "builder",
     "causal_lm",
     "conformer_encoder",
+    "from_pretrained",
     "generate",
     "get_preset",
     "imdb_classifier",

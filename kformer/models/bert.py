@@ -30,6 +30,9 @@ class BertBackbone(Backbone):
         num_segments: int. Segment ids (A/B sentences). Defaults to `2`.
         num_layers, hidden_dim, num_heads, intermediate_dim: ints.
         dropout: float. Defaults to `0.1`.
+        attention_dropout: float. Dropout on the attention probabilities (Hugging Face's
+            `attention_probs_dropout_prob`). Defaults to `0.0`.
+        layer_norm_epsilon: float. Of every LayerNorm, the pretrainer's too. Defaults to `1e-12`.
 
     Attributes: `token_embedding`, `segment_embedding`, `embeddings_norm`,
     `encoder_blocks`, `pooler`.
@@ -46,20 +49,22 @@ class BertBackbone(Backbone):
     """
 
     def __init__(self, vocabulary_size=30522, sequence_length=512, num_segments=2, num_layers=2,
-                 hidden_dim=128, num_heads=2, intermediate_dim=512, dropout=0.1, **kwargs):
+                 hidden_dim=128, num_heads=2, intermediate_dim=512, dropout=0.1, attention_dropout=0.0,
+                 layer_norm_epsilon=1e-12, **kwargs):
         check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
                             num_segments=num_segments, num_layers=num_layers, hidden_dim=hidden_dim,
                             num_heads=num_heads, intermediate_dim=intermediate_dim)
-        check_rates(dropout=dropout)
+        check_rates(dropout=dropout, attention_dropout=attention_dropout)
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         token_embedding = layers.TokenAndPositionEmbedding(
             vocabulary_size, sequence_length, hidden_dim, embeddings_initializer=init, name="embedding")
         segment_embedding = keras.layers.Embedding(num_segments, hidden_dim, embeddings_initializer=init,
                                                    name="segment_embedding")
-        embeddings_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_norm")
+        embeddings_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="embeddings_norm")
         encoder_blocks = [blocks.TransformerEncoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, activation="gelu", layer_norm_epsilon=1e-12,
-            kernel_initializer=init, name=f"encoder_{i}") for i in range(num_layers)]
+            num_heads, intermediate_dim, dropout=dropout, activation="gelu", attention_dropout=attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=init, name=f"encoder_{i}")
+            for i in range(num_layers)]
         pooler = keras.layers.Dense(hidden_dim, activation="tanh", kernel_initializer=init, name="pooler")
 
         inputs = {"token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
@@ -77,6 +82,7 @@ class BertBackbone(Backbone):
         self.vocabulary_size, self.sequence_length, self.num_segments = vocabulary_size, sequence_length, num_segments
         self.num_layers, self.hidden_dim, self.num_heads = num_layers, hidden_dim, num_heads
         self.intermediate_dim, self.dropout = intermediate_dim, dropout
+        self.attention_dropout, self.layer_norm_epsilon = attention_dropout, layer_norm_epsilon
 
     def input_limits(self):
         return bert_input_limits(self)
@@ -113,7 +119,7 @@ class BertPretrainer(Task):
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         mlm_transform = keras.layers.Dense(hidden_dim, activation="gelu", kernel_initializer=init,
                                            name="mlm_transform")
-        mlm_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="mlm_norm")
+        mlm_norm = keras.layers.LayerNormalization(epsilon=backbone.layer_norm_epsilon, name="mlm_norm")
         mlm_bias = OutputBias(name="mlm_bias")
         nsp_head = keras.layers.Dense(2, dtype="float32", name="nsp_logits")
 
@@ -165,8 +171,8 @@ class BertPretrainer(Task):
         texts = [texts] if single else list(texts)
         answers = []
         for start in range(0, len(texts), batch_size):
-            _check_masks_fit(preprocessor, texts[start:start + batch_size], start)
             inputs = preprocessor.encode(texts[start:start + batch_size])
+            _check_masks_fit(preprocessor, texts[start:start + batch_size], inputs["token_ids"], start)
             if "mask_positions" not in inputs:
                 inputs["mask_positions"] = np.asarray(preprocessor.find_masks(inputs["token_ids"]))
             probs = ops.convert_to_numpy(ops.softmax(self.predict_on_batch(inputs)["mlm_logits"]))
@@ -227,15 +233,12 @@ class BertTextClassifier(ClassifierTask):
             check_length_fits(preprocessor, self.backbone.sequence_length)
 
 
-def _check_masks_fit(preprocessor, texts, offset):
-    """A ValueError naming the text when a `[MASK]` lies past `sequence_length` (it would get no answer)."""
-    import tensorflow as tf
-
+def _check_masks_fit(preprocessor, texts, token_ids, offset):
+    """A ValueError naming the text when a `[MASK]` of `texts` is not among its packed `token_ids`
+    (it lies past `sequence_length` and would get no answer)."""
     mask = preprocessor.tokenizer.token_to_id("[MASK]")
-    texts_tensor = tf.constant(texts, tf.string)
-    total = tf.reduce_sum(tf.cast(tf.equal(preprocessor.tokenizer.tokenize(texts_tensor), mask), tf.int32), axis=1)
-    kept = np.sum(preprocessor.inputs(texts_tensor)["token_ids"].numpy() == mask, axis=1)
-    total = total.numpy()
+    total = np.array([row.count(mask) for row in preprocessor.tokenizer.tokenize(texts).to_list()])
+    kept = np.sum(np.asarray(token_ids) == mask, axis=1)
     for row in np.flatnonzero(total > kept):
         raise ValueError(f"`texts[{offset + row}]` has {total[row]} [MASK] tokens, {total[row] - kept[row]} of them "
                          f"past the preprocessor's sequence_length={preprocessor.sequence_length}, where they "

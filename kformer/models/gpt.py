@@ -3,6 +3,7 @@
 import keras
 
 from kformer import blocks, layers
+from kformer.layers import activations
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.generate import generate as generate_ids
 from kformer.models.registry import builder, register
@@ -32,6 +33,8 @@ class CausalLM(Task):
             Defaults to `0.1`.
         position: `"learned"` or `"rotary"`. Defaults to `"learned"`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
+        activation: `"gelu"` (exact, erf) or `"gelu_approximate"` (the tanh
+            form, GPT-2's `gelu_new`). Defaults to `"gelu"`.
         tie_output_embedding: bool. Defaults to `True`.
         preprocessor: `kformer.data.preprocessors.CausalLMPreprocessor` or None.
 
@@ -53,19 +56,21 @@ class CausalLM(Task):
 
     def __init__(self, vocabulary_size=50257, sequence_length=1024, hidden_dim=768, num_layers=12,
                  num_heads=12, intermediate_dim=3072, dropout=0.1, position="learned",
-                 layer_norm_epsilon=1e-5, tie_output_embedding=True, preprocessor=None, **kwargs):
+                 layer_norm_epsilon=1e-5, tie_output_embedding=True, preprocessor=None, activation="gelu",
+                 **kwargs):
         check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
                             hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
                             intermediate_dim=intermediate_dim)
         check_rates(dropout=dropout)
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
+        activation_fn = activations.get(activation)
         init = keras.initializers.RandomNormal(stddev=0.02)
         token_embedding = layers.TokenAndPositionEmbedding(
             vocabulary_size, sequence_length, hidden_dim, position="learned" if position == "learned" else "none",
             embeddings_initializer=init, name="embedding")
         decoder_blocks = [blocks.TransformerDecoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, activation="gelu", normalize_first=True,
+            num_heads, intermediate_dim, dropout=dropout, activation=activation_fn, normalize_first=True,
             layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=init,
             rotary_max_wavelength=10000 if position == "rotary" else None, name=f"decoder_{i}")
             for i in range(num_layers)]
@@ -86,8 +91,15 @@ class CausalLM(Task):
         self.vocabulary_size, self.sequence_length, self.hidden_dim = vocabulary_size, sequence_length, hidden_dim
         self.num_layers, self.num_heads, self.intermediate_dim = num_layers, num_heads, intermediate_dim
         self.dropout, self.position, self.layer_norm_epsilon = dropout, position, layer_norm_epsilon
-        self.tie_output_embedding = tie_output_embedding
+        self.tie_output_embedding, self.activation = tie_output_embedding, activation
         self._set_preprocessor(preprocessor)
+
+    @classmethod
+    def from_config(cls, config):
+        preprocessor = config.get("preprocessor")
+        if isinstance(preprocessor, dict) and "GPT2CausalLMPreprocessor" in str(preprocessor.get("registered_name")):
+            import kformer.data.bpe  # noqa: F401  (registers the GPT-2 preprocessor; data/ only when asked)
+        return super().from_config(config)
 
     def input_limits(self):
         return {"token_ids": (self.vocabulary_size, self.sequence_length if self.position == "learned" else None)}

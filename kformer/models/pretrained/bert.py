@@ -1,0 +1,412 @@
+"""BERT checkpoints in the Hugging Face layout as kformer's `BertBackbone`, `BertPretrainer` or
+`BertTextClassifier`, with a `BertPreprocessor` whose ids are the checkpoint tokenizer's.
+
+The computation is Hugging Face's `BertModel` exactly: token + position + segment embeddings,
+LayerNorm, post-norm blocks with exact (erf) GELU and 1/sqrt(head_dim) attention, a tanh pooler
+on [CLS]; the masked-LM head is Dense + GELU + LayerNorm and the decoder tied to the token
+table. A config or tokenizer kformer would compute differently is refused, naming the file, the
+field and the value, before any weight is assigned.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+
+from kformer.models.pretrained.common import assign_all, field, read_weights, take
+
+TASKS = ("backbone", "fill_mask", "text_classification")
+ARCHITECTURES = {"BertModel": "backbone", "BertForMaskedLM": "fill_mask", "BertForPreTraining": "fill_mask",
+                 "BertForSequenceClassification": "text_classification"}
+_IGNORED = ("embeddings.position_ids",)  # a buffer older checkpoints store (0, 1, 2, ...)
+
+
+def load(folder, config, task=None, num_classes=None, sequence_length=None, **kwargs):
+    """A BERT checkpoint folder as a kformer task with its preprocessor.
+
+    Args:
+        folder: the checkpoint folder (`config.json`, `model.safetensors`, and `tokenizer.json`
+            or `vocab.txt` + `tokenizer_config.json`).
+        config: `config.json` as a dict.
+        task: None (the checkpoint's own: `architectures`, else its tensors), `"backbone"`
+            (the `BertBackbone`; no preprocessor, but the folder's tokenizer is still checked),
+            `"fill_mask"` (`BertPretrainer`; needs the
+            `cls.predictions.*` masked-LM head) or `"text_classification"` (`BertTextClassifier`).
+        num_classes: int. For `"text_classification"` from a checkpoint without a classifier:
+            a new, randomly initialized head of that many classes. With a classifier it must
+            equal the checkpoint's (or be None).
+        sequence_length: int. The preprocessor's length; defaults to `max_position_embeddings`.
+        **kwargs: none other is accepted (a ValueError names it).
+
+    Returns:
+        The task (or backbone), its weights the checkpoint's. Parts the checkpoint lacks are
+        randomly initialized: the pooler of a `BertForMaskedLM` checkpoint (so `pooled_output`
+        is not the reference's), the next-sentence head unless the checkpoint has
+        `cls.seq_relationship` (neither changes `fill_mask` or `mlm_logits`), and a new
+        classifier head.
+
+    Example (a folder written by `transformers`' `save_pretrained`, or an `hf://` handle):
+
+        model = kformer.models.pretrained.from_pretrained("checkpoints/bert-base-uncased")
+        model.fill_mask("The movie was [MASK].", top_k=3)
+    """
+    from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier
+
+    if kwargs:
+        raise ValueError(f"BERT checkpoints take `task`, `num_classes` and `sequence_length`. Received: "
+                         f"{sorted(kwargs)}")
+    folder = pathlib.Path(folder)
+    args = backbone_arguments(config)
+    weights = read_weights(folder)
+    file = "model.safetensors" if (folder / "model.safetensors").is_file() else "the safetensors shards"
+    weights = {_modern_name(k): v for k, v in weights.items()}
+    prefix = _prefix(weights, folder, file)
+    own = _checkpoint_task(config, weights, prefix)
+    task = own if task is None else task
+    if task not in TASKS:
+        raise ValueError(f"`task` must be None or one of {TASKS}. Received: task={task!r}")
+    if task == "fill_mask" and "cls.predictions.transform.dense.weight" not in weights:
+        raise ValueError(f"{folder / file} has no masked-LM head (`cls.predictions.*`): task='fill_mask' needs a "
+                         "BertForMaskedLM or BertForPreTraining checkpoint. Use task='backbone' or "
+                         "task='text_classification' (with num_classes).")
+    has_classifier = own == "text_classification" and "classifier.weight" in weights
+    if task == "text_classification":
+        num_classes, class_names = _classes(folder, config, weights, num_classes, has_classifier, file)
+    elif num_classes is not None:
+        raise ValueError(f"`num_classes` applies to task='text_classification' only. Received: "
+                         f"num_classes={num_classes!r}, task={task!r}")
+    preprocessor = None
+    if task != "backbone":
+        preprocessor = load_preprocessor(folder, config, sequence_length, mask_positions=task == "fill_mask")
+    elif sequence_length is not None:
+        raise ValueError("`sequence_length` sets the preprocessor's length: task='backbone' has no preprocessor "
+                         "(use `load_preprocessor`).")
+    elif (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file():
+        load_tokenizer(folder, config)  # checked against the weights all the same
+
+    backbone = BertBackbone(**args)
+    pairs = _backbone_pairs(backbone, weights, prefix, args, file)
+    _check_unused(weights, prefix, file)
+    if task == "backbone":
+        model = backbone
+    elif task == "fill_mask":
+        model = BertPretrainer(backbone, preprocessor=preprocessor)
+        pairs += _mlm_pairs(model, weights, prefix, args, file)
+    else:
+        dropout = config.get("classifier_dropout")
+        dropout = args["dropout"] if dropout is None else dropout
+        model = BertTextClassifier(backbone, num_classes=num_classes, dropout=dropout, class_names=class_names,
+                                   preprocessor=preprocessor)
+        if has_classifier:
+            pairs += _dense(model.head, weights, "classifier", args["hidden_dim"], num_classes, file)
+    assign_all(pairs)
+    return model
+
+
+def backbone_arguments(config):
+    """`config.json` -> `BertBackbone` arguments; a ValueError naming any field kformer computes otherwise.
+
+    Args:
+        config: `config.json` as a dict.
+
+    Example:
+
+    >>> args = backbone_arguments({"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2,
+    ...                            "num_attention_heads": 2, "intermediate_size": 64,
+    ...                            "max_position_embeddings": 64, "type_vocab_size": 2})
+    >>> args["hidden_dim"], args["sequence_length"], args["layer_norm_epsilon"]
+    (32, 64, 1e-12)
+    >>> backbone_arguments({"hidden_act": "gelu_new"})
+    Traceback (most recent call last):
+    ...
+    ValueError: config.json: `hidden_act`='gelu_new' cannot be represented exactly by kformer ...
+    """
+    for name, default, allowed in (("hidden_act", "gelu", {"gelu"}),
+                                   ("position_embedding_type", "absolute", {"absolute", None}),
+                                   ("is_decoder", False, {False, None}), ("add_cross_attention", False, {False, None})):
+        field(config, name, default, allowed=allowed)
+    args = {}
+    for name, key in (("vocab_size", "vocabulary_size"), ("hidden_size", "hidden_dim"),
+                      ("num_hidden_layers", "num_layers"), ("num_attention_heads", "num_heads"),
+                      ("intermediate_size", "intermediate_dim"), ("max_position_embeddings", "sequence_length"),
+                      ("type_vocab_size", "num_segments")):
+        value = config.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"config.json: `{name}`={value!r} must be a positive int.")
+        args[key] = value
+    if args["hidden_dim"] % args["num_heads"]:
+        raise ValueError(f"config.json: `hidden_size`={args['hidden_dim']} is not divisible by "
+                         f"`num_attention_heads`={args['num_heads']}.")
+    for name, key, default in (("hidden_dropout_prob", "dropout", 0.1),
+                               ("attention_probs_dropout_prob", "attention_dropout", 0.1),
+                               ("layer_norm_eps", "layer_norm_epsilon", 1e-12)):
+        value = config.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1 or (
+                key == "layer_norm_epsilon" and value <= 0):
+            raise ValueError(f"config.json: `{name}`={value!r} is out of range.")
+        args[key] = float(value)
+    return args
+
+
+def load_tokenizer(folder, config):
+    """The checkpoint's tokenizer as a kformer `WordPieceTokenizer` with the checkpoint's ids.
+
+    Read from `tokenizer.json` (what Hugging Face loads first) or else `vocab.txt` with
+    `tokenizer_config.json` (`do_lower_case`, default True). A tokenizer kformer would split
+    differently (another normalizer, prefix, special tokens) is a ValueError naming the file.
+
+    Args:
+        folder: the checkpoint folder.
+        config: its `config.json` as a dict (`vocab_size` must equal the vocabulary's size).
+
+    Example:
+
+        tokenizer = load_tokenizer(folder, read_config(folder))
+        tokenizer.token_to_id("[CLS]")  # 101 for Google's BERT vocabularies
+    """
+    from kformer.data.wordpiece import BERT_SPECIAL_TOKENS, WordPieceTokenizer
+
+    folder = pathlib.Path(folder)
+    if (folder / "tokenizer.json").is_file():
+        path = folder / "tokenizer.json"
+        vocabulary, lowercase = _read_tokenizer_json(path)
+    elif (folder / "vocab.txt").is_file():
+        path = folder / "vocab.txt"
+        try:
+            vocabulary = path.read_text(encoding="utf-8").split("\n")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path} is not UTF-8 text ({err}).") from None
+        if vocabulary and vocabulary[-1] == "":
+            vocabulary.pop()
+        settings = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        lowercase = field(settings, "do_lower_case", True, allowed={True, False}, file="tokenizer_config.json")
+        field(settings, "strip_accents", None, allowed={None, lowercase}, file="tokenizer_config.json")
+        field(settings, "tokenize_chinese_chars", True, allowed={True}, file="tokenizer_config.json")
+        for name, token in (("unk_token", "[UNK]"), ("cls_token", "[CLS]"), ("sep_token", "[SEP]"),
+                            ("pad_token", "[PAD]"), ("mask_token", "[MASK]")):
+            value = settings.get(name, token)
+            value = value.get("content") if isinstance(value, dict) else value
+            field({name: value}, name, allowed={token}, file="tokenizer_config.json")
+    else:
+        raise ValueError(f"{folder} holds neither tokenizer.json nor vocab.txt: no tokenizer to load.")
+    if len(vocabulary) != config.get("vocab_size"):
+        raise ValueError(f"{path} holds {len(vocabulary)} tokens, but config.json's `vocab_size` is "
+                         f"{config.get('vocab_size')!r}: the tokenizer and the weights do not match.")
+    if vocabulary[0] != "[PAD]":
+        raise ValueError(f"{path}: token 0 is {vocabulary[0]!r}; kformer pads with id 0, which must be '[PAD]'.")
+    try:
+        return WordPieceTokenizer(vocabulary, special_tokens=BERT_SPECIAL_TOKENS,
+                                  normalizer="bert_uncased" if lowercase else "bert_cased")
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def load_preprocessor(folder, config, sequence_length=None, mask_positions=False):
+    """A `BertPreprocessor` over `load_tokenizer`, `sequence_length` at most `max_position_embeddings`.
+
+    Args:
+        folder: the checkpoint folder.
+        config: its `config.json` as a dict.
+        sequence_length: int or None (`max_position_embeddings`).
+        mask_positions: bool. For fill-mask. Defaults to `False`.
+
+    Example:
+
+        preprocessor = load_preprocessor(folder, read_config(folder), sequence_length=128)
+        preprocessor.encode(["A fine film."])["token_ids"]
+    """
+    from kformer.data.preprocessors import BertPreprocessor
+
+    limit = config.get("max_position_embeddings")
+    if sequence_length is None:
+        sequence_length = limit
+    if not isinstance(sequence_length, int) or isinstance(sequence_length, bool) or not 2 <= sequence_length <= limit:
+        raise ValueError(f"`sequence_length` must be an int in [2, {limit}] (config.json's "
+                         f"`max_position_embeddings`). Received: sequence_length={sequence_length!r}")
+    return BertPreprocessor(load_tokenizer(folder, config), sequence_length, mask_positions=mask_positions)
+
+
+def _read_json(path):
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object. Received: {type(value).__name__}")
+    return value
+
+
+def _read_tokenizer_json(path):
+    """`tokenizer.json` -> (vocabulary list, lowercase), refusing anything but BERT's WordPiece pipeline."""
+    from kformer.data.wordpiece import BERT_SPECIAL_TOKENS
+
+    data = _read_json(path)
+    name = path.name
+    normalizer = data.get("normalizer") or {}
+    field(normalizer, "type", allowed={"BertNormalizer"}, file=f"{name} normalizer")
+    field(normalizer, "clean_text", True, allowed={True}, file=f"{name} normalizer")
+    field(normalizer, "handle_chinese_chars", True, allowed={True}, file=f"{name} normalizer")
+    lowercase = field(normalizer, "lowercase", True, allowed={True, False}, file=f"{name} normalizer")
+    field(normalizer, "strip_accents", None, allowed={None, lowercase}, file=f"{name} normalizer")
+    field(data.get("pre_tokenizer") or {}, "type", allowed={"BertPreTokenizer"}, file=f"{name} pre_tokenizer")
+    model = data.get("model") or {}
+    field(model, "type", allowed={"WordPiece"}, file=f"{name} model")
+    field(model, "unk_token", allowed={"[UNK]"}, file=f"{name} model")
+    field(model, "continuing_subword_prefix", "##", allowed={"##"}, file=f"{name} model")
+    field(model, "max_input_chars_per_word", 100, allowed={100}, file=f"{name} model")
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
+        raise ValueError(f"{path}: `model.vocab` must map tokens to the ids 0 ... n-1.")
+    vocabulary = [None] * len(vocab)
+    for token, index in vocab.items():
+        vocabulary[index] = token
+    for added in data.get("added_tokens") or []:
+        content = added.get("content")
+        if content not in BERT_SPECIAL_TOKENS or vocab.get(content) != added.get("id") or any(
+                added.get(flag) for flag in ("single_word", "lstrip", "rstrip", "normalized")):
+            raise ValueError(f"{path}: `added_tokens` entry {added!r} cannot be represented exactly by kformer "
+                             f"(supported: {list(BERT_SPECIAL_TOKENS)} at their vocabulary ids, matched as "
+                             "written).")
+    return vocabulary, lowercase
+
+
+def _modern_name(name):
+    """Older checkpoints name LayerNorm parameters gamma / beta."""
+    if ".LayerNorm." in name or name.startswith("LayerNorm."):
+        return name[:-len("gamma")] + "weight" if name.endswith(".gamma") else (
+            name[:-len("beta")] + "bias" if name.endswith(".beta") else name)
+    return name
+
+
+def _prefix(weights, folder, file):
+    if "bert.embeddings.word_embeddings.weight" in weights:
+        return "bert."
+    if "embeddings.word_embeddings.weight" in weights:
+        return ""
+    raise ValueError(f"{folder / file} has neither `bert.embeddings.word_embeddings.weight` nor "
+                     "`embeddings.word_embeddings.weight`: not a BERT checkpoint.")
+
+
+def _checkpoint_task(config, weights, prefix):
+    architectures = config.get("architectures") or []
+    if architectures:
+        task = ARCHITECTURES.get(architectures[0])
+        if task is None:
+            raise ValueError(f"config.json: `architectures`={architectures!r} is not a head kformer loads "
+                             f"(supported: {sorted(ARCHITECTURES)}); pass task='backbone' for its encoder.")
+        return task
+    if "cls.predictions.transform.dense.weight" in weights:
+        return "fill_mask"
+    if "classifier.weight" in weights and f"{prefix}pooler.dense.weight" in weights:
+        return "text_classification"
+    return "backbone"
+
+
+def _classes(folder, config, weights, num_classes, has_classifier, file):
+    field(config, "problem_type", None, allowed={None, "single_label_classification"})
+    id2label = config.get("id2label")
+    if has_classifier:
+        rows = int(weights["classifier.weight"].shape[0])
+        if num_classes is not None and num_classes != rows:
+            raise ValueError(f"`num_classes`={num_classes!r}, but {file}'s `classifier.weight` has {rows} classes; "
+                             "pass num_classes=None to keep the checkpoint's head.")
+        if rows < 2:
+            raise ValueError(f"{file}: `classifier.weight` has {rows} class(es); kformer's BertTextClassifier "
+                             "needs >= 2 (single-label classification).")
+        names = None
+        if isinstance(id2label, dict) and id2label:
+            if sorted(str(k) for k in id2label) != sorted(str(i) for i in range(rows)):
+                raise ValueError(f"config.json: `id2label` has keys {sorted(id2label)}, but `classifier.weight` "
+                                 f"has {rows} classes.")
+            names = [str(id2label[str(i)] if str(i) in id2label else id2label[i]) for i in range(rows)]
+            names = None if len(set(names)) != rows else names
+        return rows, names
+    if num_classes is None:
+        raise ValueError(f"{folder} has no classifier head (`classifier.weight`): task='text_classification' "
+                         "needs `num_classes` for a new, randomly initialized head. Received: num_classes=None")
+    return num_classes, None
+
+
+def _dense(layer, weights, name, inputs, outputs, file):
+    """A torch Linear `name` (weight `(out, in)`, bias) -> the Keras Dense `layer` (kernel `(in, out)`)."""
+    return [(layer.kernel, take(weights, f"{name}.weight", (outputs, inputs), file).T),
+            (layer.bias, take(weights, f"{name}.bias", (outputs,), file))]
+
+
+def _norm(layer, weights, name, width, file):
+    return [(layer.gamma, take(weights, f"{name}.weight", (width,), file)),
+            (layer.beta, take(weights, f"{name}.bias", (width,), file))]
+
+
+def _backbone_pairs(backbone, weights, prefix, args, file):
+    hidden, heads = args["hidden_dim"], args["num_heads"]
+    head_dim, inner = hidden // heads, args["intermediate_dim"]
+    e = f"{prefix}embeddings."
+    pairs = [
+        (backbone.token_embedding.token_embedding.embeddings,
+         take(weights, f"{e}word_embeddings.weight", (args["vocabulary_size"], hidden), file)),
+        (backbone.token_embedding.position_embedding.position_embeddings,
+         take(weights, f"{e}position_embeddings.weight", (args["sequence_length"], hidden), file)),
+        (backbone.segment_embedding.embeddings,
+         take(weights, f"{e}token_type_embeddings.weight", (args["num_segments"], hidden), file)),
+    ] + _norm(backbone.embeddings_norm, weights, f"{e}LayerNorm", hidden, file)
+    for i, block in enumerate(backbone.encoder_blocks):
+        b = f"{prefix}encoder.layer.{i}."
+        attention = block.self_attention
+        for part, dense in (("query", attention.query_dense), ("key", attention.key_dense),
+                            ("value", attention.value_dense)):
+            weight = take(weights, f"{b}attention.self.{part}.weight", (hidden, hidden), file)
+            bias = take(weights, f"{b}attention.self.{part}.bias", (hidden,), file)
+            pairs += [(dense.kernel, weight.T.reshape(hidden, heads, head_dim)),
+                      (dense.bias, bias.reshape(heads, head_dim))]
+        weight = take(weights, f"{b}attention.output.dense.weight", (hidden, hidden), file)
+        pairs += [(attention.output_dense.kernel, weight.T.reshape(heads, head_dim, hidden)),
+                  (attention.output_dense.bias, take(weights, f"{b}attention.output.dense.bias", (hidden,), file))]
+        pairs += _norm(block.self_attention_norm, weights, f"{b}attention.output.LayerNorm", hidden, file)
+        pairs += _dense(block.feed_forward.inner, weights, f"{b}intermediate.dense", hidden, inner, file)
+        pairs += _dense(block.feed_forward.outer, weights, f"{b}output.dense", inner, hidden, file)
+        pairs += _norm(block.feed_forward_norm, weights, f"{b}output.LayerNorm", hidden, file)
+    if f"{prefix}pooler.dense.weight" in weights:
+        pairs += _dense(backbone.pooler, weights, f"{prefix}pooler.dense", hidden, hidden, file)
+    return pairs
+
+
+def _check_unused(weights, prefix, file):
+    """A backbone tensor this loader does not place (e.g. cross-attention) means another computation."""
+    used = {f"{prefix}{name}" for name in _IGNORED}
+    names = [k for k in weights if k.startswith(f"{prefix}embeddings.") or k.startswith(f"{prefix}encoder.")
+             or k.startswith(f"{prefix}pooler.")]
+    expected = {f"{prefix}embeddings.{n}" for n in ("word_embeddings.weight", "position_embeddings.weight",
+                                                     "token_type_embeddings.weight", "LayerNorm.weight",
+                                                     "LayerNorm.bias")}
+    expected |= {f"{prefix}pooler.dense.weight", f"{prefix}pooler.dense.bias"}
+    layer = f"{prefix}encoder.layer."
+    parts = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+             "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+    for name in names:
+        if name in used or name in expected:
+            continue
+        rest = name[len(layer):] if name.startswith(layer) else None
+        index, _, tail = (rest or "").partition(".")
+        if rest is not None and index.isdigit() and any(tail in (f"{p}.weight", f"{p}.bias") for p in parts):
+            continue
+        raise ValueError(f"{file} holds {name!r}, which kformer's BERT has no place for (another architecture or "
+                         "option): the checkpoint was not loaded.")
+
+
+def _mlm_pairs(model, weights, prefix, args, file):
+    hidden, vocab = args["hidden_dim"], args["vocabulary_size"]
+    p = "cls.predictions."
+    bias = take(weights, f"{p}bias", (vocab,), file)
+    decoder = weights.get(f"{p}decoder.weight")
+    if decoder is not None and not np.array_equal(decoder, weights[f"{prefix}embeddings.word_embeddings.weight"]):
+        raise ValueError(f"{file}: `{p}decoder.weight` differs from the word embeddings (an untied decoder); "
+                         "kformer's BertPretrainer ties them, so the checkpoint was not loaded.")
+    if f"{p}decoder.bias" in weights and not np.array_equal(weights[f"{p}decoder.bias"], bias):
+        raise ValueError(f"{file}: `{p}decoder.bias` differs from `{p}bias`; kformer has one output bias.")
+    pairs = _dense(model.mlm_transform, weights, f"{p}transform.dense", hidden, hidden, file)
+    pairs += _norm(model.mlm_norm, weights, f"{p}transform.LayerNorm", hidden, file)
+    pairs.append((model.mlm_bias.bias, bias))
+    if "cls.seq_relationship.weight" in weights:
+        pairs += _dense(model.nsp_head, weights, "cls.seq_relationship", hidden, 2, file)
+    return pairs

@@ -1,0 +1,216 @@
+"""Hugging Face `ViTForImageClassification` checkpoints as kformer `ViTImageClassifier`s, exact.
+
+`config.json` gives the architecture, `preprocessor_config.json` (`ViTImageProcessor`) the pixel
+normalization, which the kformer model applies itself from 0-255 pixels (`pixel_mean`,
+`pixel_std`), so exports do too. The model's numbers equal the reference on the same resized
+pixels; the resize itself differs slightly (kformer: `tf.image.resize` bilinear, Hugging Face:
+PIL bilinear with antialiasing when shrinking).
+"""
+
+import json
+import math
+
+import numpy as np
+
+from kformer.models.pretrained import common
+from kformer.models.pretrained.common import assign_all, field, read_weights
+
+ARCHITECTURES = ("ViTForImageClassification",)
+TASKS = (None, "image_classification")
+PREPROCESSOR_FILE = "preprocessor_config.json"
+PROCESSORS = ("ViTImageProcessor", "ViTImageProcessorFast", "ViTImageProcessorPil", "ViTFeatureExtractor")
+UNUSED = ("vit.pooler.",)  # ViTModel's pooler: not part of the classifier
+BILINEAR = 2  # PIL.Image.BILINEAR, `ViTImageProcessor`'s default `resample`
+
+
+def load(folder, config, task=None, **kwargs):
+    """A `ViTImageClassifier` (with its `ImageClassifierPreprocessor` and class names) from `folder`.
+
+    Args:
+        folder: pathlib.Path. Holds `config.json`, `model.safetensors` and optionally
+            `preprocessor_config.json` (without it, `ViTImageProcessor`'s defaults: mean and
+            std 0.5 per channel).
+        config: dict. `config.json`.
+        task: None or `"image_classification"` (the checkpoint's head).
+        **kwargs: none are accepted.
+
+    Every unsupported value, missing tensor or shape mismatch is a ValueError naming the file and
+    the field, raised before any weight is assigned.
+    """
+    from kformer.data.preprocessors import ImageClassifierPreprocessor
+    from kformer.models.vit import ViTImageClassifier
+
+    if task not in TASKS:
+        raise ValueError(f"A ViT checkpoint loads as an image classifier: `task` must be one of {list(TASKS)}. "
+                         f"Received: task={task!r}")
+    if kwargs:
+        raise ValueError(f"A ViT checkpoint takes no options. Received: {sorted(kwargs)}")
+    arguments = _model_arguments(config)
+    pixels = _pixel_arguments(folder, arguments["image_size"], arguments["channels"])
+    weights = read_weights(folder)
+    model = ViTImageClassifier(**arguments, **pixels, preprocessor=ImageClassifierPreprocessor(
+        arguments["image_size"], arguments["channels"]))
+    assign_all(_pairs(model, weights, arguments))
+    return model
+
+
+def _model_arguments(config):
+    """`config.json` -> `ViTImageClassifier` arguments; a ValueError for what kformer cannot represent."""
+    architectures = config.get("architectures") or list(ARCHITECTURES)  # absent or null: transformers' default
+    if not isinstance(architectures, list) or not any(a in ARCHITECTURES for a in architectures):
+        raise ValueError(f"config.json: `architectures`={architectures!r}: kformer loads ViT image classifiers "
+                         f"({list(ARCHITECTURES)}) only; the checkpoint was not loaded.")
+    field(config, "hidden_act", "gelu", allowed={"gelu"})  # erf GELU, as Keras's "gelu" (approximate=False)
+    field(config, "qkv_bias", True, allowed={True})
+    ints = {name: _int(config, name, default) for name, default in (
+        ("image_size", 224), ("patch_size", 16), ("num_channels", 3), ("hidden_size", 768),
+        ("num_hidden_layers", 12), ("num_attention_heads", 12), ("intermediate_size", 3072))}
+    field(config, "num_channels", 3, allowed={1, 3})
+    if ints["image_size"] % ints["patch_size"]:
+        raise ValueError(f"config.json: `image_size`={ints['image_size']} is not divisible by `patch_size`="
+                         f"{ints['patch_size']}; the checkpoint was not loaded.")
+    if ints["hidden_size"] % ints["num_attention_heads"]:
+        raise ValueError(f"config.json: `hidden_size`={ints['hidden_size']} is not divisible by "
+                         f"`num_attention_heads`={ints['num_attention_heads']}; the checkpoint was not loaded.")
+    names = _class_names(config)
+    epsilon = config.get("layer_norm_eps", 1e-12)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+        raise ValueError(f"config.json: `layer_norm_eps`={epsilon!r} must be a positive number; the checkpoint "
+                         "was not loaded.")
+    return dict(image_size=ints["image_size"], patch_size=ints["patch_size"], channels=ints["num_channels"],
+                hidden_dim=ints["hidden_size"], num_layers=ints["num_hidden_layers"],
+                num_heads=ints["num_attention_heads"], intermediate_dim=ints["intermediate_size"],
+                layer_norm_epsilon=float(epsilon), num_classes=len(names), class_names=names)
+
+
+def _int(config, name, default):
+    value = config.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"config.json: `{name}`={value!r} must be a positive int (kformer takes square images "
+                         "and patches); the checkpoint was not loaded.")
+    return value
+
+
+def _class_names(config):
+    """id2label as a list in id order (ids 0..n-1), checked against `num_labels`."""
+    id2label = config.get("id2label")
+    if id2label is None:  # transformers' default: two labels
+        id2label = {"0": "LABEL_0", "1": "LABEL_1"}
+    if not isinstance(id2label, dict) or not all(isinstance(v, str) for v in id2label.values()):
+        raise ValueError(f"config.json: `id2label` must map class ids to names. Received: {id2label!r}")
+    try:
+        labels = {int(k): v for k, v in id2label.items()}
+    except (TypeError, ValueError):
+        raise ValueError(f"config.json: `id2label` keys must be class ids. Received: {sorted(id2label)[:5]}") from None
+    if sorted(labels) != list(range(len(labels))) or len(labels) < 2:
+        raise ValueError(f"config.json: `id2label` must name the classes 0..n-1 (n >= 2). Received ids: "
+                         f"{sorted(labels)[:10]}; the checkpoint was not loaded.")
+    num_labels = config.get("num_labels", len(labels))
+    if num_labels != len(labels):
+        raise ValueError(f"config.json: `num_labels`={num_labels!r} but `id2label` names {len(labels)} classes; "
+                         "the checkpoint was not loaded.")
+    return [labels[i] for i in range(len(labels))]
+
+
+def _pixel_arguments(folder, image_size, channels):
+    """`preprocessor_config.json` -> `pixel_mean` / `pixel_std`, refusing what the kformer preprocessor
+    and model do not do (another resample, crop, rescale factor or output size)."""
+    path = folder / PREPROCESSOR_FILE
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{path} must hold a JSON object. Received: {type(config).__name__}")
+    else:
+        config = {}
+    name = PREPROCESSOR_FILE
+
+    def check(key, default, allowed):
+        return field(config, key, default, allowed=allowed, file=name)
+
+    kind = config.get("image_processor_type", config.get("feature_extractor_type", "ViTImageProcessor"))
+    if kind not in PROCESSORS:
+        raise ValueError(f"{name}: `image_processor_type`={kind!r} cannot be represented exactly by kformer "
+                         f"(supported: {list(PROCESSORS)}); the checkpoint was not loaded.")
+    check("do_center_crop", False, {False, None})
+    check("do_pad", False, {False, None})
+    check("resample", BILINEAR, {BILINEAR})
+    size = config.get("size", {"height": image_size, "width": image_size})
+    if config.get("do_resize", True) and size not in ({"height": image_size, "width": image_size}, image_size):
+        raise ValueError(f"{name}: `size`={size!r}, but the model takes {image_size}x{image_size} images "
+                         "(config.json `image_size`); the checkpoint was not loaded.")
+    check("do_rescale", True, {True})
+    factor = config.get("rescale_factor", 1 / 255)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isclose(factor, 1 / 255,
+                                                                                           rel_tol=1e-9):
+        raise ValueError(f"{name}: `rescale_factor`={factor!r} cannot be represented exactly by kformer "
+                         f"(supported: 1/255); the checkpoint was not loaded.")
+    if not config.get("do_normalize", True):
+        return {}
+    mean, std = (_channel_values(name, key, config.get(key, 0.5), channels, positive)
+                 for key, positive in (("image_mean", False), ("image_std", True)))
+    return {"pixel_mean": mean, "pixel_std": std}
+
+
+def _channel_values(file, key, value, channels, positive):
+    values = value if isinstance(value, list) else [value] * channels
+    if len(values) != channels or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 or not positive)
+            for v in values):
+        raise ValueError(f"{file}: `{key}`={value!r} must be {channels} finite numbers (one per channel"
+                         f"{', positive' if positive else ''}); the checkpoint was not loaded.")
+    return [float(v) for v in values]
+
+
+def _pairs(model, weights, arguments):
+    """[(kformer variable, array)] for every weight, each checkpoint tensor shape-checked (`take`)."""
+    hidden, heads = arguments["hidden_dim"], arguments["num_heads"]
+    head_dim, inner = hidden // heads, arguments["intermediate_dim"]
+    patch, channels = arguments["patch_size"], arguments["channels"]
+    tokens = (arguments["image_size"] // patch) ** 2 + 1
+    used = set()
+
+    def take(name, shape):
+        used.add(name)
+        return common.take(weights, name, shape)
+
+    def dense(prefix, rows, columns):  # torch Linear (out, in) -> Keras (in, out)
+        return take(f"{prefix}.weight", (columns, rows)).T, take(f"{prefix}.bias", (columns,))
+
+    def norm(layer, prefix):
+        return [(layer.gamma, take(f"{prefix}.weight", (hidden,))),
+                (layer.beta, take(f"{prefix}.bias", (hidden,)))]
+
+    embedding = model.patch_embedding
+    conv = take("vit.embeddings.patch_embeddings.projection.weight", (hidden, channels, patch, patch))
+    pairs = [(embedding.class_token, take("vit.embeddings.cls_token", (1, 1, hidden))),
+             (embedding.position_embedding.position_embeddings,
+              take("vit.embeddings.position_embeddings", (1, tokens, hidden))[0]),
+             (embedding.projection.kernel, np.transpose(conv, (2, 3, 1, 0))),  # (out, in, kh, kw) -> (kh, kw, in, out)
+             (embedding.projection.bias, take("vit.embeddings.patch_embeddings.projection.bias", (hidden,)))]
+    for i, block in enumerate(model.encoder_blocks):
+        prefix = f"vit.encoder.layer.{i}"
+        attention = block.self_attention
+        for name, layer in (("query", attention.query_dense), ("key", attention.key_dense),
+                            ("value", attention.value_dense)):
+            kernel, bias = dense(f"{prefix}.attention.attention.{name}", hidden, hidden)
+            pairs += [(layer.kernel, kernel.reshape(hidden, heads, head_dim)),
+                      (layer.bias, bias.reshape(heads, head_dim))]
+        kernel, bias = dense(f"{prefix}.attention.output.dense", hidden, hidden)
+        pairs += [(attention.output_dense.kernel, kernel.reshape(heads, head_dim, hidden)),
+                  (attention.output_dense.bias, bias)]
+        pairs += norm(block.self_attention_norm, f"{prefix}.layernorm_before")
+        for layer, name, rows, columns in ((block.feed_forward.inner, "intermediate.dense", hidden, inner),
+                                           (block.feed_forward.outer, "output.dense", inner, hidden)):
+            kernel, bias = dense(f"{prefix}.{name}", rows, columns)
+            pairs += [(layer.kernel, kernel), (layer.bias, bias)]
+        pairs += norm(block.feed_forward_norm, f"{prefix}.layernorm_after")
+    pairs += norm(model.final_norm, "vit.layernorm")
+    kernel, bias = dense("classifier", hidden, model.num_classes)
+    unused = sorted(k for k in set(weights) - used if not k.startswith(UNUSED))
+    if unused:  # e.g. more layers than config.json's num_hidden_layers: the two disagree
+        raise ValueError(f"model.safetensors holds {len(unused)} tensors a ViTForImageClassification of this "
+                         f"config.json does not have, e.g. {unused[:3]}; the checkpoint was not loaded.")
+    return pairs + [(model.head.kernel, kernel), (model.head.bias, bias)]

@@ -1,0 +1,220 @@
+"""GPT-2 checkpoints in the Hugging Face layout: logits and greedy generation equal transformers',
+the byte-level BPE preprocessor gives transformers' ids, bad checkpoints are refused by name."""
+
+import json
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from kformer.data import imdb  # noqa: E402
+from kformer.models.gpt import CausalLM  # noqa: E402
+from kformer.models.pretrained import from_pretrained  # noqa: E402
+
+VOCAB = 300
+EDGE = ["café naïve résumé", "emoji 😀👍🏽 ok", "multiple   spaces  here ", "new\nlines\n\nand\ttabs", "  leading",
+        "trailing  ", "ÅÉÎõü ß 中文 日本語", "it's we'll I'm they've", "a 'thing' here", "rock 'n' roll",
+        "He said 'the end'", "x 'tis 's", "don't DON'T", "numbers 1234567 3.14", "tab\t\tx", "\u00a0nbsp\u3000wide",
+        "a  \n  b", "end.  ", "hello<|endoftext|>world"]
+
+
+def _train_tokenizer(folder, texts, size):
+    """A byte-level BPE like GPT-2's (bytes first, "!" = id 0, `<|endoftext|>` last), saved as
+    vocab.json + merges.txt."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=size - 1, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.model.save(str(folder))  # merges.txt (and a vocab.json rewritten below with the end token)
+    tok.add_special_tokens(["<|endoftext|>"])
+    (folder / "vocab.json").write_text(json.dumps(tok.get_vocab()), encoding="utf-8")
+    return tok.get_vocab_size()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """(folder, reference GPT2LMHeadModel in eval mode, transformers tokenizer)."""
+    folder = tmp_path_factory.mktemp("gpt2")
+    vocab = _train_tokenizer(folder, imdb.load_split("train", max_examples=50)[0], VOCAB)
+    end = vocab - 1
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                     bos_token_id=end, eos_token_id=end)
+    reference = transformers.GPT2LMHeadModel(config).eval()
+    reference.save_pretrained(folder, safe_serialization=True)
+    return folder, reference, transformers.GPT2TokenizerFast.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def lm(checkpoint):
+    return from_pretrained(checkpoint[0])
+
+
+def _reference_logits(reference, ids):
+    with torch.no_grad():
+        return reference(torch.tensor(np.asarray(ids), dtype=torch.long)).logits.numpy()
+
+
+def test_config_and_logits_match(checkpoint, lm):
+    folder, reference, _ = checkpoint
+    assert (lm.vocabulary_size, lm.sequence_length, lm.hidden_dim, lm.num_layers, lm.num_heads,
+            lm.intermediate_dim, lm.activation) == (VOCAB, 32, 32, 2, 2, 128, "gelu_approximate")
+    ids = np.random.default_rng(0).integers(0, VOCAB, (3, 32)).astype("int32")  # id 0 ("!") included
+    got = np.asarray(keras.ops.convert_to_numpy(lm.predict_on_batch(ids)))
+    difference = np.abs(got - _reference_logits(reference, ids)).max()
+    print(f"max |logit difference| on {keras.backend.backend()}: {difference:.3g}")
+    assert difference < 1e-4
+
+
+def test_greedy_generate_matches_reference(checkpoint, lm):
+    """Ragged right-padded prompts (lengths 2 and 5) in one batch, cached and recomputed; the reference
+    continues each prompt alone, 10 new tokens for the longest."""
+    _, reference, _ = checkpoint
+    rng = np.random.default_rng(1)
+    lengths, max_length = (2, 5), 15
+    prompts = np.zeros((len(lengths), max(lengths)), "int32")
+    expected = []
+    for row, length in enumerate(lengths):
+        prompts[row, :length] = rng.integers(1, VOCAB, length)
+        with torch.no_grad():
+            expected.append(reference.generate(torch.tensor(prompts[row:row + 1, :length], dtype=torch.long),
+                                               max_new_tokens=max_length - length, do_sample=False,
+                                               attention_mask=torch.ones((1, length), dtype=torch.long),
+                                               pad_token_id=VOCAB - 1).numpy()[0])
+    expected = np.stack(expected)
+    assert expected.shape == (len(lengths), max_length), "the reference stopped early (end token)"
+    assert 0 not in expected, "the reference chose id 0, which kformer never generates"
+    # The recomputing loop runs the plain forward pass (the logits test); compiled loops cost ~5 s each
+    # on TensorFlow and JAX, so it is checked where it is cheap (eager torch).
+    for use_cache in (True, False) if keras.backend.backend() == "torch" else (True,):
+        got = np.asarray(lm.generate(prompts, max_length=max_length, use_cache=use_cache))
+        np.testing.assert_array_equal(got, expected, err_msg=f"use_cache={use_cache}")
+
+
+def test_preprocessor_gives_transformers_ids(checkpoint, lm):
+    _, _, hf = checkpoint
+    texts = imdb.load_split("train", max_examples=50)[0] + EDGE
+    got = lm.preprocessor.tokenizer.tokenize(np.array(texts, dtype=object)).to_list()
+    expected = [hf(t)["input_ids"] for t in texts]
+    agree = [g == e for g, e in zip(got, expected)]
+    print(f"tokenizer agreement: {sum(agree[:50])}/50 IMDB, {sum(agree[50:])}/{len(EDGE)} edge cases")
+    assert all(agree), [t[:60] for t, a in zip(texts, agree) if not a]
+    decoded = lm.preprocessor.detokenize(_right_pad(expected[50:]))  # drops 0 (padding) and the end token
+    assert decoded == [hf.decode(e, skip_special_tokens=True) for e in expected[50:]]
+
+
+def _right_pad(rows):
+    width = max(map(len, rows))
+    return np.array([r + [0] * (width - len(r)) for r in rows], "int32")
+
+
+def test_preprocessor_training_data_and_string_generate(checkpoint, lm):
+    _, reference, hf = checkpoint
+    preprocessor = lm.preprocessor
+    assert preprocessor.tokenizer.vocabulary_size == VOCAB and preprocessor.end_token_id == VOCAB - 1
+    assert preprocessor.sequence_length == 32
+    ids, labels, weights = (np.asarray(t) for t in preprocessor(["The movie was fine"]))
+    tokens = hf("The movie was fine")["input_ids"] + [VOCAB - 1]
+    n = len(tokens)
+    assert ids[0, :n].tolist() == tokens and labels[0, :n - 1].tolist() == tokens[1:]
+    assert weights[0].tolist() == [1.0] * (n - 1) + [0.0] * (32 - n + 1)
+    windows = list(preprocessor.dataset(imdb.load_split("train", max_examples=8)[0], batch_size=4))
+    assert windows and tuple(windows[0][0].shape) == (4, 32)
+    np.testing.assert_array_equal(preprocessor.encode(["The movie was fine"]), ids)
+    prompts = ["The film", "It was a good"]  # batch 2, max_length 15: the loop compiled by the test above
+    expected = []
+    for prompt in prompts:
+        prompt_ids = hf(prompt)["input_ids"]
+        assert 0 not in prompt_ids
+        with torch.no_grad():
+            row = reference.generate(torch.tensor([prompt_ids]), max_new_tokens=15 - len(prompt_ids),
+                                     do_sample=False, attention_mask=torch.ones((1, len(prompt_ids)), dtype=torch.long),
+                                     pad_token_id=VOCAB - 1, eos_token_id=None)[0].tolist()
+        assert 0 not in row
+        expected.append(hf.decode([t for t in row if t != VOCAB - 1]))
+    assert lm.generate(prompts, max_length=15, end_token_id=None) == expected
+    with pytest.raises(ValueError, match="token id 0"):
+        preprocessor.prompt_ids(["Wow!"])
+
+
+def test_keras_file_round_trip(checkpoint, lm, tmp_path):
+    path = tmp_path / "gpt2.keras"
+    lm.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.activation == "gelu_approximate"
+    ids = np.arange(1, 17, dtype="int32")[None]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(ids)), keras.ops.convert_to_numpy(lm(ids)), atol=1e-6)
+    for attribute in ("vocabulary", "merges"):  # the tokenizer's assets came back (encoding them traces for seconds)
+        assert getattr(loaded.preprocessor.byte_pair_tokenizer, attribute) == getattr(
+            lm.preprocessor.byte_pair_tokenizer, attribute)
+    assert loaded.preprocessor.tokenizer.vocabulary_size == VOCAB and loaded.preprocessor.sequence_length == 32
+
+
+def test_default_activation_unchanged():
+    model = CausalLM(vocabulary_size=20, sequence_length=8, hidden_dim=8, num_layers=1, num_heads=2,
+                     intermediate_dim=16)
+    assert model.activation == "gelu" and model.get_config()["activation"] == "gelu"
+    assert model.decoder_blocks[0].activation is keras.activations.gelu
+    with pytest.raises(ValueError, match="activation"):
+        CausalLM(vocabulary_size=20, sequence_length=8, hidden_dim=8, num_layers=1, num_heads=2,
+                 intermediate_dim=16, activation="relu")
+
+
+def _copy(folder, to, config=None, drop=None):
+    """The checkpoint folder's config and weights copied to `to`, the config updated, tensors dropped."""
+    from safetensors.numpy import load_file, save_file
+
+    to.mkdir()
+    data = json.loads((folder / "config.json").read_text())
+    (to / "config.json").write_text(json.dumps({**data, **(config or {})}))
+    weights = {k: v for k, v in load_file(folder / "model.safetensors").items() if k != drop}
+    save_file(weights, to / "model.safetensors", metadata={"format": "pt"})
+    return to
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"activation_function": "relu"}, "config.json: `activation_function`='relu'"),
+    ({"scale_attn_by_inverse_layer_idx": True}, "`scale_attn_by_inverse_layer_idx`=True"),
+    ({"reorder_and_upcast_attn": True}, "`reorder_and_upcast_attn`=True"),
+    ({"scale_attn_weights": False}, "`scale_attn_weights`=False"),
+    ({"tie_word_embeddings": False}, "`tie_word_embeddings`=False"),
+    ({"n_embd": 64}, "'transformer.wte.weight' has shape"),
+    ({"n_layer": 3}, "no tensor 'transformer.h.2.attn.c_attn.weight'"),
+])
+def test_bad_config_is_named(checkpoint, tmp_path, change, message):
+    folder = _copy(checkpoint[0], tmp_path / "bad", config=change)
+    with pytest.raises(ValueError, match=_escape(message)):
+        from_pretrained(folder)
+
+
+def test_missing_tensor_and_bad_task_are_named(checkpoint, tmp_path):
+    folder = _copy(checkpoint[0], tmp_path / "missing", drop="transformer.h.1.mlp.c_fc.bias")
+    with pytest.raises(ValueError, match=_escape("model.safetensors has no tensor 'transformer.h.1.mlp.c_fc.bias'")):
+        from_pretrained(folder)
+    with pytest.raises(ValueError, match="task='fill_mask'"):
+        from_pretrained(checkpoint[0], task="fill_mask")
+
+
+def _escape(text):
+    import re
+
+    return re.escape(text)
+
+
+def test_exact_gelu_checkpoint(checkpoint, tmp_path):
+    """`activation_function: "gelu"` (erf) loads as kformer's exact `"gelu"`, logits equal."""
+    folder = _copy(checkpoint[0], tmp_path / "erf", config={"activation_function": "gelu"})
+    reference = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    lm = from_pretrained(folder)
+    assert lm.activation == "gelu" and lm.preprocessor is None  # no vocab.json / merges.txt copied
+    ids = np.random.default_rng(2).integers(0, VOCAB, (2, 16)).astype("int32")
+    got = np.asarray(keras.ops.convert_to_numpy(lm(ids)))
+    assert np.abs(got - _reference_logits(reference, ids)).max() < 1e-4
