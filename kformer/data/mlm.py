@@ -213,9 +213,12 @@ def masking_args(tokenizer):
     """
     from kformer.data import wordpiece
 
-    special = [tokenizer.ids[t] for t in wordpiece.SPECIAL_TOKENS]
+    tokens = getattr(tokenizer, "special_tokens", wordpiece.SPECIAL_TOKENS)
+    special = [tokenizer.ids[t] for t in tokens]
     if sorted(special) != list(range(len(special))):
-        raise ValueError(f"Special tokens must be ids 0..{len(special) - 1}. Received ids: {special}")
+        raise ValueError(f"Masked-LM data needs the special tokens {list(tokens)} at ids 0..{len(special) - 1} "
+                         f"(a learned vocabulary's); a published vocabulary such as BERT's keeps them elsewhere. "
+                         f"Received ids: {special}")
     return {"vocabulary_size": tokenizer.vocabulary_size, "num_special": len(special),
             "mask_id": tokenizer.ids[wordpiece.MASK]}
 
