@@ -21,6 +21,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import sys
 
@@ -102,20 +103,35 @@ positive_float = bounded(float, 0.0, open_low=True)
 VOCABULARY_SIZE = bounded(int, 64, 10_000_000)  # WordPiece: special tokens + the alphabet at least
 
 
-def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds=False):
+def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds=False, pretrained=None):
     """The flags every recipe shares; `builder` limits `--preset` to that builder's presets.
 
     `tfds=True` adds `--tfds`: read the data with tensorflow_datasets instead of files.
     `preset=None`: the recipe picks one after parsing (`parse_args(default_preset=...)`).
+    `pretrained=(what, learning_rate)` adds `--from-pretrained SOURCE` (fine-tune a published
+    checkpoint of `what`, e.g. "BERT", instead of a `--preset`) with its own default learning rate.
     """
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     p.set_defaults(builder=builder)
-    p.add_argument("--preset", default=preset,
-                   help=f"a {builder} preset (default {preset or 'chosen by the data set'})")
+    p.add_argument("--preset", default=None if pretrained else preset,
+                   help=f"a {builder} preset (default {preset or 'chosen by the data set'})"
+                        + ("; not with --from-pretrained" if pretrained else ""))
+    p.set_defaults(_preset=preset)
     p.add_argument("--epochs", type=positive_int, default=epochs)
     p.add_argument("--batch-size", type=positive_int, default=batch_size, help="global batch size")
-    p.add_argument("--learning-rate", type=positive_float, default=learning_rate)
+    if pretrained:
+        what, finetune_rate = pretrained
+        p.add_argument("--learning-rate", type=positive_float, default=None,
+                       help=f"default {learning_rate}, or {finetune_rate} with --from-pretrained (fine-tuning "
+                            "a pretrained model wants a small rate, as in the BERT paper's 2e-5 to 5e-5)")
+        p.set_defaults(_learning_rates=(learning_rate, finetune_rate))
+        p.add_argument("--from-pretrained", metavar="SOURCE", default=None,
+                       help=f"fine-tune a published {what} checkpoint instead of training a --preset from "
+                            "scratch: a folder in the Hugging Face layout (transformers' save_pretrained) or an "
+                            "hf://org/name handle (downloaded once with the network, then read from the cache)")
+    else:
+        p.add_argument("--learning-rate", type=positive_float, default=learning_rate)
     p.add_argument("--max-examples", type=positive_int, default=None,
                    help="use at most this many examples of each split (quick runs)")
     p.add_argument("--data-dir", default=None, help="full data sets (default: the bundled sample)")
@@ -153,11 +169,21 @@ def parse_args(parser, argv, default_preset=None):
     if args.keep_freed_memory:  # before any model or backend op: threads that allocated keep their arenas
         runtime.keep_freed_memory()
     args._argv = list(sys.argv[1:] if argv is None else argv)  # for the model card
-    if args.preset is None and default_preset is not None:
-        args.preset = default_preset(args)
-    known = [n for n in models.list_models() if models.get_preset(n)["builder"] == args.builder]
-    if args.preset not in known:
-        parser.error(f"--preset {args.preset!r} is not a {args.builder} preset; expected one of {known}")
+    source = getattr(args, "from_pretrained", None)
+    if hasattr(args, "_learning_rates") and args.learning_rate is None:
+        args.learning_rate = args._learning_rates[source is not None]
+    if source is not None:
+        if args.preset is not None:
+            parser.error(f"--from-pretrained and --preset are alternatives (the checkpoint {source!r} is the "
+                         f"model); pass one of them")
+        if args.model_parallel > 1:
+            parser.error("--model-parallel needs a --preset (its layout map), not --from-pretrained")
+    else:
+        if args.preset is None:
+            args.preset = default_preset(args) if default_preset is not None else args._preset
+        known = [n for n in models.list_models() if models.get_preset(n)["builder"] == args.builder]
+        if args.preset not in known:
+            parser.error(f"--preset {args.preset!r} is not a {args.builder} preset; expected one of {known}")
     _check_output_dir(parser, args.output_dir)
     if args.data_dir is not None and not os.path.isdir(args.data_dir):
         parser.error(f"--data-dir {args.data_dir!r} is not a directory")
@@ -266,6 +292,27 @@ def load_imdb(args, *, unlabeled=False):
         fail(err)
     splits["train"], splits["validation"] = imdb.train_validation_split(*splits["train"], seed=args.seed)
     return splits
+
+
+def pretrained_name(source):
+    """The output folder name of a run fine-tuning `source`: its last path part, e.g. "bert-base-uncased"."""
+    tail = str(source).rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", tail).lstrip(".") or "pretrained"
+
+
+def load_pretrained(source, **kwargs):
+    """`kformer.models.from_pretrained(source, **kwargs)` and the checkpoint's `config.json`.
+
+    Exits with status 1 and the loader's message when the checkpoint is missing (offline and not
+    cached) or one kformer cannot represent.
+    """
+    from kformer.models.pretrained.common import read_config, resolve
+
+    try:
+        folder = resolve(source)
+        return models.from_pretrained(folder, **kwargs), read_config(folder)
+    except ValueError as err:
+        fail(f"--from-pretrained {source}: {err}")
 
 
 def learn_or_load_tokenizer(args, name, work_path, texts):

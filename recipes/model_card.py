@@ -18,7 +18,7 @@ REQUESTS = {
 
 COUNTS = ("_examples", "_reviews", "_pairs", "_sequences", "_texts", "_sources")
 SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch",
-            "beams", "ngram", "max_length")  # decoding settings too: not scores
+            "beams", "ngram", "max_length", "learning_rate")  # decoding settings too: not scores
 
 
 def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):
@@ -54,7 +54,8 @@ def facts(*, model, name, recipe, argv, config, data, metrics, training, limits,
 
     return {
         "name": name, "task": type(model).__name__, "task_type": model.task_type,
-        "preset": config.get("preset"), "parameters": int(model.count_params()),
+        "preset": config.get("preset"), "from_pretrained": config.get("from_pretrained"),
+        "parameters": int(model.count_params()),
         "config": config, "data": data, "metrics": metrics, "training": training, "known_limits": limits,
         "figures": dict(figures or {}),
         "command": "python -m recipes." + " ".join([recipe, *map(shlex.quote, argv)]),
@@ -86,9 +87,11 @@ curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
 """ if exported else "Not exported (`--no-export`): `kformer export` writes a SavedModel from `model.keras`.\n")
     limits = "\n".join(f"- {line}" for line in card["known_limits"])
     figures = "".join(f"![{caption}]({name})\n\n" for name, caption in card.get("figures", {}).items())
-    return f"""# {card['name']}: {card['task']} ({card['preset']})
+    source = card.get("from_pretrained")
+    start = f"fine-tuned from the pretrained checkpoint `{source}`" if source else "trained"
+    return f"""# {card['name']}: {card['task']} ({card['preset'] or 'from ' + str(source)})
 
-{card['parameters']:,} parameters, trained on {card['backend']} with this command:
+{card['parameters']:,} parameters, {start} on {card['backend']} with this command:
 
 ```
 {card['command']}

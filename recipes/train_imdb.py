@@ -8,6 +8,7 @@
     python -m recipes.train_imdb --data-dir DATA --ema 0          # the raw weights, not their average
     python -m recipes.train_imdb --tfds                         # the same, from TFDS imdb_reviews (online)
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
+    python -m recipes.train_imdb --from-pretrained hf://google-bert/bert-base-uncased  # fine-tune BERT
 
 A WordPiece vocabulary is learned from the training split; a review longer
 than `--sequence-length` keeps its last tokens (`--truncation`). The default
@@ -20,6 +21,11 @@ accuracy on the full data in four seeds, against 87 % for `imdb_small`
 `label`, `label_id`, `probabilities` out), `model.keras` (the `TextClassifier`
 with its preprocessor: `kformer.models.load(version_dir).predict(["A fine film."])`),
 `config.json` and `metrics.json` (test accuracy), plus the training logs.
+
+`--from-pretrained SOURCE` fine-tunes a BERT checkpoint instead (a Hugging Face folder or an
+`hf://org/name` handle): a new two-class head on its pooled [CLS], the checkpoint's own
+vocabulary and normalizer, `--sequence-length` capped at its positions, learning rate 2e-5
+unless `--learning-rate` is given. It writes `<output-dir>/<checkpoint name>_imdb/<version>/`.
 """
 
 import time
@@ -42,11 +48,13 @@ LIMITS = ["English movie reviews only; other domains and languages are untested.
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="imdb_classifier", preset="imdb_bigram", epochs=3,
-                           batch_size=32, learning_rate=1e-3, tfds=True)
+                           batch_size=32, learning_rate=1e-3, tfds=True, pretrained=("BERT", 2e-5))
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=20000,
                    help="WordPiece tokens to learn (default 20000: validation accuracy 0.890 vs 0.879 with "
-                        "8000 on the full data, docs/RESULTS.md)")
-    p.add_argument("--sequence-length", type=common.bounded(int, 4), default=256)
+                        "8000 on the full data, docs/RESULTS.md); --from-pretrained uses the checkpoint's")
+    p.add_argument("--sequence-length", type=common.bounded(int, 4), default=256,
+                   help="tokens per review (default 256); with --from-pretrained at most the checkpoint's "
+                        "max_position_embeddings")
     p.add_argument("--truncation", choices=TRUNCATIONS, default="tail",
                    help="which tokens a longer review keeps: the first, the last (default: the best "
                         "validation accuracy of the three on the full data, docs/RESULTS.md), or the first "
@@ -74,6 +82,33 @@ def optimizer(args, train_examples):
     return keras.optimizers.AdamW(learning_rate(args, train_examples), weight_decay=0.01, **ema)
 
 
+def pretrained_bert(args):
+    """`--from-pretrained`: the checkpoint as a `BertTextClassifier` with a new two-class head, its
+    `BertPreprocessor` (the checkpoint's vocabulary, `--sequence-length` capped at its positions,
+    `--truncation`), and the run's config."""
+    from kformer.data.preprocessors import BertPreprocessor
+
+    _, checkpoint = common.load_pretrained(args.from_pretrained)  # config.json first: the length cap
+    sequence_length = min(args.sequence_length, checkpoint.get("max_position_embeddings") or args.sequence_length)
+    if sequence_length < args.sequence_length:
+        print(f"--sequence-length {args.sequence_length} capped at the checkpoint's max_position_embeddings "
+              f"({sequence_length})", flush=True)
+    model, _ = common.load_pretrained(args.from_pretrained, task="text_classification", num_classes=2,
+                                      sequence_length=sequence_length)
+    if type(model).__name__ != "BertTextClassifier":
+        common.fail(f"--from-pretrained {args.from_pretrained} is a {checkpoint.get('model_type')!r} checkpoint; "
+                    "this recipe fine-tunes BERT")
+    model.class_names = list(CLASS_NAMES)  # the loader names no classes for a new head
+    model.preprocessor = BertPreprocessor(model.preprocessor.tokenizer, sequence_length, truncation=args.truncation)
+    model.validate_preprocessor()
+    config = {"from_pretrained": args.from_pretrained, "model_type": "bert", "task": "text_classification",
+              **{k: checkpoint.get(k) for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                "num_attention_heads", "max_position_embeddings")},
+              "sequence_length": sequence_length, "truncation": args.truncation,
+              "normalizer": model.preprocessor.tokenizer.normalizer, "num_classes": 2, "class_names": CLASS_NAMES}
+    return model, model.preprocessor, config
+
+
 @common.entry_point
 def main(argv=None):
     args = parse_args(argv)
@@ -81,19 +116,25 @@ def main(argv=None):
     splits = common.load_imdb(args)
     (train_texts, train_labels), (val_texts, val_labels), (test_texts, test_labels) = (
         splits["train"], splits["validation"], splits["test"])
-    work_dir = common.training_dir(args, args.preset)
-    tokenizer = common.learn_or_load_tokenizer(args, args.preset, work_dir / "vocabulary.txt", train_texts)
-    preprocessor = TextClassifierPreprocessor(tokenizer, args.sequence_length, truncation=args.truncation)
+    name = args.preset if args.from_pretrained is None else f"{common.pretrained_name(args.from_pretrained)}_imdb"
+    work_dir = common.training_dir(args, name)
+    if args.from_pretrained is not None:
+        with scope:
+            model, preprocessor, config = pretrained_bert(args)
+    else:
+        tokenizer = common.learn_or_load_tokenizer(args, args.preset, work_dir / "vocabulary.txt", train_texts)
+        preprocessor = TextClassifierPreprocessor(tokenizer, args.sequence_length, truncation=args.truncation)
+        overrides = {"vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
+                     "class_names": CLASS_NAMES}
+        config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
+        with scope:
+            model = models.build(args.preset, preprocessor=preprocessor, **overrides)
     train_ds = preprocessor.dataset(train_texts, train_labels, batch_size=args.batch_size,
                                     shuffle=True, seed=args.seed)
     val_ds = preprocessor.dataset(val_texts, val_labels, batch_size=args.batch_size)
     test_ds = preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)
 
-    overrides = {"vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
-                 "class_names": CLASS_NAMES}
-    config = {"preset": args.preset, **models.get_preset(args.preset), **overrides}
     with scope:
-        model = models.build(args.preset, preprocessor=preprocessor, **overrides)
         model.compile(optimizer(args, len(train_labels)),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
@@ -104,13 +145,17 @@ def main(argv=None):
     metrics = {
         "test_accuracy": float(test_accuracy), "test_examples": len(test_labels),
         "train_examples": len(train_labels), "epochs": args.epochs, "truncation": args.truncation,
-        "schedule": args.schedule, "ema": args.ema,
+        "schedule": args.schedule, "ema": args.ema, "learning_rate": args.learning_rate,
+        **({"from_pretrained": args.from_pretrained} if args.from_pretrained else {}),
         "train_seconds": round(train_seconds, 1), "backend": keras.backend.backend(),
     }
 
     card = dict(recipe="train_imdb", dataset="IMDB reviews (Maas et al. 2011)", limits=LIMITS)
-    run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
-        model, args, name=args.preset, config=config, metrics=metrics, card=card,
+    if args.from_pretrained:
+        card["limits"] = [f"Fine-tuned from {args.from_pretrained}: its pretraining data, vocabulary and "
+                          "biases carry over.", *LIMITS[:2]]
+    run_dir = common.finish(args, name, work_dir, common.version_writer(
+        model, args, name=name, config=config, metrics=metrics, card=card,
         log=work_dir / "training_log.csv", attention=lambda: viz.plot_attention(model, [ATTENTION_EXAMPLE], layer=-1)))
     print(f"test accuracy: {test_accuracy:.4f} on {len(test_labels)} reviews")
     print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))

@@ -5,6 +5,7 @@
     python -m recipes.train_vit --dataset cifar10 --data-dir DATA --epochs 24 --patience 6  # 79.9 %, 22 min
     python -m recipes.train_vit --dataset cifar10 --preset vit_small_cifar --tfds  # TFDS (online)
     python -m recipes.train_vit --epochs 1 --max-examples 256      # quick smoke run
+    python -m recipes.train_vit --from-pretrained hf://google/vit-base-patch16-224 --epochs 2  # fine-tune
 
 The preset defaults to `vit_tiny` on MNIST and `vit_hybrid_cifar` on CIFAR-10
 (a hybrid ViT: three stride-2 convolutions, the stem of Xiao et al. 2021, to a
@@ -14,6 +15,12 @@ Training uses AdamW with warmup + cosine decay and random shifts (plus flips
 on CIFAR-10). Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving
 SavedModel (`image_bytes` JPEG/PNG or `images` uint8 in; `label`, `label_id`,
 `probabilities` out), `model.keras`, `config.json`, `metrics.json`, training logs.
+
+`--from-pretrained SOURCE` fine-tunes a ViT image classifier checkpoint instead (a Hugging Face
+folder or an `hf://org/name` handle): a new head for the data set's classes (unless it has as
+many), images resized to the checkpoint's `image_size` and grayscale made RGB as its
+preprocessor does, learning rate 3e-5 unless `--learning-rate` is given. It writes
+`<output-dir>/<checkpoint name>_<dataset>/<version>/`.
 """
 
 import time
@@ -32,10 +39,12 @@ LIMITS = ["Trained from scratch on small images (MNIST 28x28 or CIFAR-10 32x32);
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="vit", preset=None, epochs=5, batch_size=128,
-                           learning_rate=1e-3, tfds=True)
+                           learning_rate=1e-3, tfds=True, pretrained=("ViT image classifier", 3e-5))
     p.add_argument("--dataset", choices=images.DATASETS, default="mnist")
     p.add_argument("--weight-decay", type=common.bounded(float, 0.0, 1.0), default=0.05)
     args = common.parse_args(p, argv, default_preset=lambda a: DEFAULT_PRESETS[a.dataset])
+    if args.from_pretrained is not None:
+        return args
     shape = images.IMAGE_SHAPES[args.dataset]
     preset = models.get_preset(args.preset)
     if (preset["image_size"], preset["image_size"], preset["channels"]) != shape:
@@ -57,6 +66,31 @@ def compile_model(model, args, train_examples, jit_compile=None):
                   jit_compile=args.jit_compile if jit_compile is None else jit_compile)
 
 
+def pretrained_vit(args, class_names):
+    """`--from-pretrained`: the checkpoint as a `ViTImageClassifier` for `class_names` (a new head unless
+    it has as many classes) with its preprocessor, and the run's config."""
+    model, checkpoint = common.load_pretrained(args.from_pretrained, num_classes=len(class_names),
+                                               class_names=class_names)
+    if type(model).__name__ != "ViTImageClassifier":
+        common.fail(f"--from-pretrained {args.from_pretrained} is a {checkpoint.get('model_type')!r} checkpoint; "
+                    "this recipe fine-tunes a ViT image classifier")
+    new_head = len(class_names) != len(checkpoint.get("id2label") or {"0": 0, "1": 1})
+    config = {"from_pretrained": args.from_pretrained, "model_type": "vit", "new_head": new_head,
+              **{k: checkpoint.get(k) for k in ("image_size", "patch_size", "hidden_size", "num_hidden_layers",
+                                                "num_attention_heads")},
+              "channels": 3, "class_names": class_names, "dataset": args.dataset}
+    return model, config
+
+
+def _resized(ds, resize):
+    """`ds` with its images passed through `resize` (the checkpoint preprocessor's `inputs`), if any."""
+    if resize is None:
+        return ds
+    from kformer.data.preprocessors import without_autograph
+
+    return ds.map(without_autograph(lambda x, *rest: (resize(x), *rest)), num_parallel_calls=-1)  # AUTOTUNE
+
+
 @common.entry_point
 def main(argv=None):
     from kformer.data.preprocessors import ImageClassifierPreprocessor  # TensorFlow: not needed to parse flags
@@ -72,20 +106,31 @@ def main(argv=None):
             test_x, test_y = images.load_split("test", args.dataset, args.data_dir, args.max_examples)
     except ValueError as err:
         common.fail(err)
-    preset = models.get_preset(args.preset)
-    preprocessor = ImageClassifierPreprocessor(preset["image_size"], preset["channels"])
-    cut = len(y) - max(1, len(y) // 10)  # rows are class-interleaved, so the tail is balanced
-    train_ds = preprocessor.dataset(x[:cut], y[:cut], batch_size=args.batch_size, shuffle=True,
-                                    seed=args.seed, augment=images.augmentation(args.dataset, seed=args.seed))
-    val_ds = preprocessor.dataset(x[cut:], y[cut:], batch_size=args.batch_size)
-    test_ds = preprocessor.dataset(test_x, test_y, batch_size=args.batch_size)
-
-    name = f"{args.preset}_{args.dataset}"
-    work_dir = common.training_dir(args, name)
     class_names = list(images.CLASS_NAMES[args.dataset])
-    config = {"preset": args.preset, **preset, "class_names": class_names, "dataset": args.dataset}
+    cut = len(y) - max(1, len(y) // 10)  # rows are class-interleaved, so the tail is balanced
+    if args.from_pretrained is None:
+        name = f"{args.preset}_{args.dataset}"
+        work_dir = common.training_dir(args, name)
+        preset = models.get_preset(args.preset)
+        preprocessor = ImageClassifierPreprocessor(preset["image_size"], preset["channels"])
+        config = {"preset": args.preset, **preset, "class_names": class_names, "dataset": args.dataset}
+        with scope:
+            model = models.build(args.preset, class_names=class_names, preprocessor=preprocessor)
+        resize = None
+    else:
+        name = f"{common.pretrained_name(args.from_pretrained)}_{args.dataset}"
+        work_dir = common.training_dir(args, name)
+        with scope:
+            model, config = pretrained_vit(args, class_names)
+        size, _, channels = images.IMAGE_SHAPES[args.dataset]
+        preprocessor = ImageClassifierPreprocessor(size, channels)  # cached at the data's size ...
+        resize = model.preprocessor.inputs  # ... then resized (and made RGB) batch by batch, as served
+    train_ds = _resized(preprocessor.dataset(x[:cut], y[:cut], batch_size=args.batch_size, shuffle=True,
+                                             seed=args.seed,
+                                             augment=images.augmentation(args.dataset, seed=args.seed)), resize)
+    val_ds = _resized(preprocessor.dataset(x[cut:], y[cut:], batch_size=args.batch_size), resize)
+    test_ds = _resized(preprocessor.dataset(test_x, test_y, batch_size=args.batch_size), resize)
     with scope:
-        model = models.build(args.preset, class_names=class_names, preprocessor=preprocessor)
         compile_model(model, args, cut)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
@@ -93,9 +138,14 @@ def main(argv=None):
     _, top1, top5 = model.evaluate(test_ds, verbose=0)
     metrics = {"test_top1": float(top1), "test_top5": float(top5), "test_examples": len(test_y),
                "train_examples": cut, "epochs": args.epochs, "train_seconds": round(train_seconds, 1),
-               "backend": keras.backend.backend()}
+               "backend": keras.backend.backend(),
+               **({"learning_rate": args.learning_rate, "from_pretrained": args.from_pretrained}
+                  if args.from_pretrained else {})}
 
-    card = dict(recipe="train_vit", dataset=args.dataset, limits=LIMITS)
+    limits = LIMITS if args.from_pretrained is None else [
+        f"Fine-tuned from {args.from_pretrained}: {args.dataset} images are resized to its "
+        f"{model.image_size}x{model.image_size} RGB input; its pretraining data and biases carry over."]
+    card = dict(recipe="train_vit", dataset=args.dataset, limits=limits)
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card, log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_patch_attention(model, test_x[0])))

@@ -319,7 +319,7 @@ class WordPieceTokenizer(keras.layers.Layer):
             print(f"learning {vocabulary_size} word pieces from the {len(counts)} most frequent words", flush=True)
         vocabulary = learn_vocabulary(counts, vocabulary_size, list(special_tokens), max_input_tokens=max_words,
                                       lower_thresh=1)
-        return cls(vocabulary[:vocabulary_size])
+        return cls(vocabulary[:vocabulary_size], special_tokens=special_tokens)
 
     def save(self, path):
         """Write the vocabulary to `path`, one token a line (UTF-8)."""

@@ -104,6 +104,12 @@ class Backbone(keras.Model):
         return save_atomically(self, filepath, lambda path, **kw: super(Backbone, self).save(path, *args, **kw),
                                **kwargs)
 
+    def save_pretrained(self, folder, overwrite=False):
+        """Write the Hugging Face layout that `transformers` opens (`kformer.models.pretrained.save`)."""
+        from kformer.models import pretrained
+
+        return pretrained.save(self, folder, overwrite=overwrite)
+
     def input_limits(self):
         """dict input name -> (id_limit, length_limit) checked by `predict`, `evaluate` and `fit`.
 

@@ -168,8 +168,9 @@ def test_other_options_are_refused(checkpoint):
     with pytest.raises(ValueError, match=r"`task` must be one of \[None, 'image_classification'\]. Received: "
                                          r"task='fill_mask'"):
         pretrained.from_pretrained(checkpoint[0], task="fill_mask")
-    with pytest.raises(ValueError, match=r"takes no options. Received: \['num_classes'\]"):
-        pretrained.from_pretrained(checkpoint[0], num_classes=3)
+    with pytest.raises(ValueError, match=r"takes `task`, `num_classes` and `class_names`. Received: "
+                                         r"\['sequence_length'\]"):
+        pretrained.from_pretrained(checkpoint[0], sequence_length=3)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the export is checked on TensorFlow")

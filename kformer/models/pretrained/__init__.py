@@ -3,6 +3,10 @@
 A folder holding `config.json`, `model.safetensors` (or sharded safetensors with their index)
 and the tokenizer files, or an `hf://org/name` handle downloaded once into a cache folder
 (`kformer.models.pretrained.common.cache_dir`). The family is `config.json`'s `model_type`.
+
+`save` (a task's `save_pretrained`) writes the same layout back, so a model trained in kformer
+opens in `transformers`; each family module keeps one table of (Hugging Face tensor, kformer
+variable, transform) that serves both directions.
 """
 
 from kformer.models.pretrained.common import read_config, resolve
@@ -17,7 +21,9 @@ def from_pretrained(source, task=None, **kwargs):
         source: a local checkpoint folder or an `hf://org/name` handle.
         task: which head, where the checkpoint allows several (BERT: "backbone", "fill_mask",
             "text_classification"); None picks the checkpoint's own.
-        **kwargs: the family's options (BERT text classification: `num_classes`).
+        **kwargs: the family's options: BERT `num_classes` (a new classification head) and
+            `sequence_length` (the preprocessor's, at most the checkpoint's positions); ViT
+            `num_classes` (a new head when it differs) and `class_names`.
 
     Returns:
         The kformer task, its weights equal to the checkpoint's.
@@ -44,3 +50,43 @@ def from_pretrained(source, task=None, **kwargs):
         raise ValueError(f"{folder / 'config.json'}: `model_type`={model_type!r} is not a family kformer loads; "
                          f"expected one of {list(FAMILIES)}.")
     return family.load(folder, config, task=task, **kwargs)
+
+
+def save(task, folder, overwrite=False):
+    """Write a kformer task as a Hugging Face checkpoint folder that `transformers` opens.
+
+    `config.json`, `model.safetensors` and the tokenizer (or image processor) files of the
+    family: BERT (`BertBackbone`, `BertPretrainer`, `BertTextClassifier`), GPT-2 (`CausalLM`) or
+    ViT (`ViTImageClassifier`). The folder is written atomically (a temporary sibling folder, then
+    a rename). A model the family cannot represent exactly is a ValueError naming the attribute,
+    raised before anything is written.
+
+    Args:
+        task: the kformer model.
+        folder: str or path. The folder to write; a non-empty one is refused unless `overwrite`.
+        overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+
+    Returns:
+        `pathlib.Path(folder)`, which `from_pretrained` and transformers' `from_pretrained` read.
+
+    Example:
+
+        classifier.save_pretrained("exported/imdb_bert")
+        transformers.BertForSequenceClassification.from_pretrained("exported/imdb_bert")
+    """
+    from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier
+    from kformer.models.gpt import CausalLM
+    from kformer.models.vit import ViTImageClassifier
+
+    if isinstance(task, (BertBackbone, BertPretrainer, BertTextClassifier)):
+        from kformer.models.pretrained import bert as family
+    elif isinstance(task, CausalLM):
+        from kformer.models.pretrained import gpt2 as family
+    elif isinstance(task, ViTImageClassifier):
+        from kformer.models.pretrained import vit as family
+    else:
+        raise ValueError(f"{type(task).__name__} has no Hugging Face family kformer writes (supported: BertBackbone, "
+                         "BertPretrainer, BertTextClassifier, CausalLM, ViTImageClassifier); nothing was written.")
+    if not isinstance(overwrite, bool):
+        raise ValueError(f"`overwrite` must be a bool. Received: overwrite={overwrite!r}")
+    return family.save(task, folder, overwrite=overwrite)

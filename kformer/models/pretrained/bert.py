@@ -13,7 +13,8 @@ import pathlib
 
 import numpy as np
 
-from kformer.models.pretrained.common import assign_all, field, read_weights, take
+from kformer.models.pretrained.common import (Entry, assign_all, field, linear, norm, read_weights, take,
+                                               to_kformer)
 
 TASKS = ("backbone", "fill_mask", "text_classification")
 ARCHITECTURES = {"BertModel": "backbone", "BertForMaskedLM": "fill_mask", "BertForPreTraining": "fill_mask",
@@ -85,21 +86,22 @@ def load(folder, config, task=None, num_classes=None, sequence_length=None, **kw
         load_tokenizer(folder, config)  # checked against the weights all the same
 
     backbone = BertBackbone(**args)
-    pairs = _backbone_pairs(backbone, weights, prefix, args, file)
+    table = backbone_table(backbone, prefix, pooler=f"{prefix}pooler.dense.weight" in weights)
     _check_unused(weights, prefix, file)
     if task == "backbone":
         model = backbone
     elif task == "fill_mask":
         model = BertPretrainer(backbone, preprocessor=preprocessor)
-        pairs += _mlm_pairs(model, weights, prefix, args, file)
+        _check_mlm(weights, prefix, file)
+        table += mlm_table(model, nsp="cls.seq_relationship.weight" in weights)
     else:
         dropout = config.get("classifier_dropout")
         dropout = args["dropout"] if dropout is None else dropout
         model = BertTextClassifier(backbone, num_classes=num_classes, dropout=dropout, class_names=class_names,
                                    preprocessor=preprocessor)
         if has_classifier:
-            pairs += _dense(model.head, weights, "classifier", args["hidden_dim"], num_classes, file)
-    assign_all(pairs)
+            table += linear(model.head, "classifier", args["hidden_dim"], num_classes)
+    assign_all(to_kformer(weights, table, file))
     return model
 
 
@@ -327,48 +329,46 @@ def _classes(folder, config, weights, num_classes, has_classifier, file):
     return num_classes, None
 
 
-def _dense(layer, weights, name, inputs, outputs, file):
-    """A torch Linear `name` (weight `(out, in)`, bias) -> the Keras Dense `layer` (kernel `(in, out)`)."""
-    return [(layer.kernel, take(weights, f"{name}.weight", (outputs, inputs), file).T),
-            (layer.bias, take(weights, f"{name}.bias", (outputs,), file))]
-
-
-def _norm(layer, weights, name, width, file):
-    return [(layer.gamma, take(weights, f"{name}.weight", (width,), file)),
-            (layer.beta, take(weights, f"{name}.bias", (width,), file))]
-
-
-def _backbone_pairs(backbone, weights, prefix, args, file):
-    hidden, heads = args["hidden_dim"], args["num_heads"]
-    head_dim, inner = hidden // heads, args["intermediate_dim"]
+def backbone_table(backbone, prefix="", pooler=True):
+    """The `Entry` table of a `BertBackbone`: Hugging Face `BertModel` names under `prefix`."""
+    hidden, heads = backbone.hidden_dim, backbone.num_heads
+    inner = backbone.intermediate_dim
     e = f"{prefix}embeddings."
-    pairs = [
-        (backbone.token_embedding.token_embedding.embeddings,
-         take(weights, f"{e}word_embeddings.weight", (args["vocabulary_size"], hidden), file)),
-        (backbone.token_embedding.position_embedding.position_embeddings,
-         take(weights, f"{e}position_embeddings.weight", (args["sequence_length"], hidden), file)),
-        (backbone.segment_embedding.embeddings,
-         take(weights, f"{e}token_type_embeddings.weight", (args["num_segments"], hidden), file)),
-    ] + _norm(backbone.embeddings_norm, weights, f"{e}LayerNorm", hidden, file)
+    table = [
+        Entry(f"{e}word_embeddings.weight", backbone.token_embedding.token_embedding.embeddings,
+              (backbone.vocabulary_size, hidden)),
+        Entry(f"{e}position_embeddings.weight", backbone.token_embedding.position_embedding.position_embeddings,
+              (backbone.sequence_length, hidden)),
+        Entry(f"{e}token_type_embeddings.weight", backbone.segment_embedding.embeddings,
+              (backbone.num_segments, hidden)),
+    ] + norm(backbone.embeddings_norm, f"{e}LayerNorm", hidden)
     for i, block in enumerate(backbone.encoder_blocks):
         b = f"{prefix}encoder.layer.{i}."
         attention = block.self_attention
         for part, dense in (("query", attention.query_dense), ("key", attention.key_dense),
-                            ("value", attention.value_dense)):
-            weight = take(weights, f"{b}attention.self.{part}.weight", (hidden, hidden), file)
-            bias = take(weights, f"{b}attention.self.{part}.bias", (hidden,), file)
-            pairs += [(dense.kernel, weight.T.reshape(hidden, heads, head_dim)),
-                      (dense.bias, bias.reshape(heads, head_dim))]
-        weight = take(weights, f"{b}attention.output.dense.weight", (hidden, hidden), file)
-        pairs += [(attention.output_dense.kernel, weight.T.reshape(heads, head_dim, hidden)),
-                  (attention.output_dense.bias, take(weights, f"{b}attention.output.dense.bias", (hidden,), file))]
-        pairs += _norm(block.self_attention_norm, weights, f"{b}attention.output.LayerNorm", hidden, file)
-        pairs += _dense(block.feed_forward.inner, weights, f"{b}intermediate.dense", hidden, inner, file)
-        pairs += _dense(block.feed_forward.outer, weights, f"{b}output.dense", inner, hidden, file)
-        pairs += _norm(block.feed_forward_norm, weights, f"{b}output.LayerNorm", hidden, file)
-    if f"{prefix}pooler.dense.weight" in weights:
-        pairs += _dense(backbone.pooler, weights, f"{prefix}pooler.dense", hidden, hidden, file)
-    return pairs
+                            ("value", attention.value_dense)):  # kernel (hidden, heads, head_dim)
+            table += linear(dense, f"{b}attention.self.{part}", hidden, hidden)
+        # the output kernel is (heads, head_dim, hidden)
+        table += linear(attention.output_dense, f"{b}attention.output.dense", hidden, hidden)
+        table += norm(block.self_attention_norm, f"{b}attention.output.LayerNorm", hidden)
+        table += linear(block.feed_forward.inner, f"{b}intermediate.dense", hidden, inner)
+        table += linear(block.feed_forward.outer, f"{b}output.dense", inner, hidden)
+        table += norm(block.feed_forward_norm, f"{b}output.LayerNorm", hidden)
+    if pooler:
+        table += linear(backbone.pooler, f"{prefix}pooler.dense", hidden, hidden)
+    return table
+
+
+def mlm_table(model, nsp=True):
+    """The `Entry` table of a `BertPretrainer`'s heads (`cls.*`; the decoder is tied to the token table)."""
+    hidden, vocab = model.backbone.hidden_dim, model.backbone.vocabulary_size
+    p = "cls.predictions."
+    table = linear(model.mlm_transform, f"{p}transform.dense", hidden, hidden)
+    table += norm(model.mlm_norm, f"{p}transform.LayerNorm", hidden)
+    table.append(Entry(f"{p}bias", model.mlm_bias.bias, (vocab,)))
+    if nsp:
+        table += linear(model.nsp_head, "cls.seq_relationship", hidden, 2)
+    return table
 
 
 def _check_unused(weights, prefix, file):
@@ -394,19 +394,93 @@ def _check_unused(weights, prefix, file):
                          "option): the checkpoint was not loaded.")
 
 
-def _mlm_pairs(model, weights, prefix, args, file):
-    hidden, vocab = args["hidden_dim"], args["vocabulary_size"]
+def _check_mlm(weights, prefix, file):
     p = "cls.predictions."
-    bias = take(weights, f"{p}bias", (vocab,), file)
+    bias = take(weights, f"{p}bias", (weights[f"{prefix}embeddings.word_embeddings.weight"].shape[0],), file)
     decoder = weights.get(f"{p}decoder.weight")
     if decoder is not None and not np.array_equal(decoder, weights[f"{prefix}embeddings.word_embeddings.weight"]):
         raise ValueError(f"{file}: `{p}decoder.weight` differs from the word embeddings (an untied decoder); "
                          "kformer's BertPretrainer ties them, so the checkpoint was not loaded.")
     if f"{p}decoder.bias" in weights and not np.array_equal(weights[f"{p}decoder.bias"], bias):
         raise ValueError(f"{file}: `{p}decoder.bias` differs from `{p}bias`; kformer has one output bias.")
-    pairs = _dense(model.mlm_transform, weights, f"{p}transform.dense", hidden, hidden, file)
-    pairs += _norm(model.mlm_norm, weights, f"{p}transform.LayerNorm", hidden, file)
-    pairs.append((model.mlm_bias.bias, bias))
-    if "cls.seq_relationship.weight" in weights:
-        pairs += _dense(model.nsp_head, weights, "cls.seq_relationship", hidden, 2, file)
-    return pairs
+
+
+def save(task, folder, overwrite=False):
+    """Write a `BertBackbone`, `BertPretrainer` or `BertTextClassifier` as a Hugging Face BERT folder.
+
+    `config.json` (`BertModel`, `BertForPreTraining` or `BertForSequenceClassification`, with
+    `id2label` / `label2id` for a classifier), `model.safetensors` (the masked-LM decoder tied to
+    the token table, as transformers saves it) and, for a task with a `BertPreprocessor`,
+    `vocab.txt` + `tokenizer_config.json`. A tokenizer transformers' `BertTokenizer` would split
+    differently (kformer's own `"kformer"` normalizer, other special tokens, `[PAD]` not id 0,
+    `head_tail` truncation) is a ValueError naming the attribute, raised before anything is written.
+
+    Args:
+        task: the kformer model.
+        folder: the folder to write (atomically).
+        overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+
+    Returns:
+        `pathlib.Path(folder)`.
+    """
+    from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier
+    from kformer.models.pretrained.common import to_hf, write_folder, write_json
+
+    if isinstance(task, BertBackbone):
+        backbone, architecture, prefix = task, "BertModel", ""
+    elif isinstance(task, (BertPretrainer, BertTextClassifier)):
+        backbone, prefix = task.backbone, "bert."
+        architecture = "BertForPreTraining" if isinstance(task, BertPretrainer) else "BertForSequenceClassification"
+    else:
+        raise ValueError(f"Not a BERT task: {type(task).__name__}")
+    config = {"model_type": "bert", "architectures": [architecture], "vocab_size": backbone.vocabulary_size,
+              "hidden_size": backbone.hidden_dim, "num_hidden_layers": backbone.num_layers,
+              "num_attention_heads": backbone.num_heads, "intermediate_size": backbone.intermediate_dim,
+              "max_position_embeddings": backbone.sequence_length, "type_vocab_size": backbone.num_segments,
+              "hidden_act": "gelu", "hidden_dropout_prob": float(backbone.dropout),
+              "attention_probs_dropout_prob": float(backbone.attention_dropout),
+              "layer_norm_eps": float(backbone.layer_norm_epsilon), "position_embedding_type": "absolute",
+              "is_decoder": False, "add_cross_attention": False, "pad_token_id": 0, "tie_word_embeddings": True,
+              "initializer_range": 0.02, "dtype": "float32"}
+    table = backbone_table(backbone, prefix)
+    if isinstance(task, BertPretrainer):
+        table += mlm_table(task)
+    elif isinstance(task, BertTextClassifier):
+        names = list(task.class_names) if task.class_names else [f"LABEL_{i}" for i in range(task.num_classes)]
+        config.update(classifier_dropout=float(task.dropout), problem_type="single_label_classification",
+                      id2label={str(i): name for i, name in enumerate(names)},
+                      label2id={name: i for i, name in enumerate(names)})
+        table += linear(task.head, "classifier", backbone.hidden_dim, task.num_classes)
+    files = tokenizer_files(task, getattr(task, "preprocessor", None))  # refusals first: nothing written yet
+    files.update({"config.json": write_json(config), "model.safetensors": to_hf(table)})
+    return write_folder(folder, files, overwrite)
+
+
+def tokenizer_files(task, preprocessor):
+    """`vocab.txt` + `tokenizer_config.json` for a `BertPreprocessor` (none without a preprocessor)."""
+    from kformer.data.wordpiece import BERT_SPECIAL_TOKENS
+    from kformer.models.pretrained.common import refuse, write_json
+
+    if preprocessor is None:
+        return {}
+    tokenizer = preprocessor.tokenizer
+    if tokenizer.normalizer == "kformer":
+        raise refuse(task, "preprocessor.tokenizer.normalizer", "kformer", "transformers' BertTokenizer "
+                     "normalizes and splits text differently; use normalizer='bert_uncased' or 'bert_cased'")
+    if set(tokenizer.special_tokens) != set(BERT_SPECIAL_TOKENS):
+        raise refuse(task, "preprocessor.tokenizer.special_tokens", list(tokenizer.special_tokens),
+                     f"transformers' BertTokenizer keeps exactly {list(BERT_SPECIAL_TOKENS)} whole")
+    vocabulary = list(tokenizer.vocabulary)
+    if vocabulary[0] != "[PAD]" or any("\n" in token or "\r" in token for token in vocabulary):
+        raise refuse(task, "preprocessor.tokenizer.vocabulary", vocabulary[:3],
+                     "vocab.txt needs '[PAD]' at id 0 and no line breaks inside tokens")
+    sides = {"head": "right", "tail": "left"}
+    if preprocessor.truncation not in sides:
+        raise refuse(task, "preprocessor.truncation", preprocessor.truncation,
+                     "transformers truncates one side only ('head' or 'tail')")
+    lowercase = tokenizer.normalizer == "bert_uncased"
+    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "strip_accents": None,
+                "tokenize_chinese_chars": True, "model_max_length": preprocessor.sequence_length,
+                "truncation_side": sides[preprocessor.truncation], "padding_side": "right", "unk_token": "[UNK]",
+                "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]"}
+    return {"vocab.txt": ("\n".join(vocabulary) + "\n").encode("utf-8"), "tokenizer_config.json": write_json(settings)}

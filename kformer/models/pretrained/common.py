@@ -174,3 +174,175 @@ def assign_all(pairs):
                              f"kformer variable has {tuple(variable.shape)}.")
     for variable, array in pairs:
         variable.assign(np.asarray(array, dtype=variable.dtype))
+
+
+# One table per family serves both directions: each `Entry` ties a checkpoint tensor (or one of
+# its equal slices along the last axis) to a kformer variable. Loading reads the tensor, slices,
+# transposes by `axes` and reshapes to the variable; saving does the inverse.
+LINEAR = (1, 0)  # torch Linear weight (out, in) <-> Keras Dense kernel (in, out)
+CONV = (2, 3, 1, 0)  # torch Conv2d weight (out, in, kh, kw) <-> Keras Conv2D kernel (kh, kw, in, out)
+
+
+class Entry:
+    """Checkpoint tensor `name` of `shape` <-> kformer `variable`.
+
+    Args:
+        name: str. The Hugging Face tensor name.
+        variable: the kformer variable.
+        shape: tuple. The whole checkpoint tensor's shape.
+        axes: tuple or None. `np.transpose` axes from the checkpoint layout to kformer's (then
+            reshaped to the variable's shape). Defaults to None (reshape only).
+        part: (index, count) or None. The variable is slice `index` of `count` equal slices of
+            the tensor's last axis (GPT-2's fused query/key/value). Defaults to None.
+    """
+
+    __slots__ = ("name", "variable", "shape", "axes", "part")
+
+    def __init__(self, name, variable, shape, axes=None, part=None):
+        self.name, self.variable, self.shape, self.axes, self.part = name, variable, tuple(shape), axes, part
+
+
+def linear(layer, name, inputs, outputs, bias=True):
+    """Entries of a torch Linear `name` (weight `(outputs, inputs)`, bias) <-> Keras Dense `layer`."""
+    entries = [Entry(f"{name}.weight", layer.kernel, (outputs, inputs), LINEAR)]
+    return entries + ([Entry(f"{name}.bias", layer.bias, (outputs,))] if bias else [])
+
+
+def norm(layer, name, width):
+    """Entries of a torch LayerNorm `name` <-> Keras `LayerNormalization` `layer`."""
+    return [Entry(f"{name}.weight", layer.gamma, (width,)), Entry(f"{name}.bias", layer.beta, (width,))]
+
+
+def to_kformer(weights, entries, file="model.safetensors"):
+    """`[(variable, array), ...]` for `assign_all`: every tensor taken (and shape-checked) from `weights`."""
+    pairs = []
+    for entry in entries:
+        array = take(weights, entry.name, entry.shape, file)
+        if entry.part is not None:
+            index, count = entry.part
+            width = array.shape[-1] // count
+            array = array[..., index * width:(index + 1) * width]
+        if entry.axes is not None:
+            array = np.transpose(array, entry.axes)
+        pairs.append((entry.variable, np.reshape(array, tuple(entry.variable.shape))))
+    return pairs
+
+
+def to_hf(entries):
+    """{tensor name: float32 array in the checkpoint layout} from the kformer variables of `entries`."""
+    from keras import ops
+
+    tensors, parts = {}, {}
+    for entry in entries:
+        shape = list(entry.shape)
+        if entry.part is not None:
+            shape[-1] //= entry.part[1]
+        array = np.asarray(ops.convert_to_numpy(entry.variable), dtype=np.float32)
+        if entry.axes is not None:
+            array = np.transpose(array.reshape([shape[a] for a in entry.axes]), np.argsort(entry.axes))
+        array = array.reshape(shape)
+        if entry.part is None:
+            tensors[entry.name] = array
+        else:
+            parts.setdefault(entry.name, {})[entry.part[0]] = array
+    for name, pieces in parts.items():
+        tensors[name] = np.concatenate([pieces[i] for i in sorted(pieces)], axis=-1)
+    return tensors
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Write `{name: array}` as a safetensors file, atomically (a temporary file, then `os.replace`).
+
+    The format, without the `safetensors` package: an 8-byte little-endian header length, a JSON
+    header (tensors sorted by name with dtype, shape and `data_offsets`, and `__metadata__`,
+    `{"format": "pt"}` plus `metadata`), padded with spaces to a multiple of 8, then the raw
+    little-endian data in the same order.
+
+    Args:
+        path: the file to write.
+        tensors: dict of str -> np.ndarray (float64/32/16, int64/32/16/8, uint8, bool).
+        metadata: optional dict of str -> str, added to `__metadata__`.
+    """
+    codes = {np.dtype(v).newbyteorder("<") if np.dtype(v).itemsize > 1 else np.dtype(v): k
+             for k, v in _DTYPES.items() if k != "BF16"}
+    metadata = {"format": "pt", **{str(k): str(v) for k, v in (metadata or {}).items()}}
+    header, arrays, offset = {"__metadata__": metadata}, [], 0
+    for name in sorted(tensors):
+        array = np.asarray(tensors[name])
+        dtype = array.dtype.newbyteorder("<") if array.dtype.itemsize > 1 else array.dtype
+        if dtype not in codes:
+            raise ValueError(f"Tensor {name!r} has dtype {array.dtype}, which safetensors files here do not hold.")
+        array = np.ascontiguousarray(array, dtype=dtype)
+        header[name] = {"dtype": codes[dtype], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        arrays.append(array)
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    path = pathlib.Path(path)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(len(text).to_bytes(8, "little"))
+            file.write(text)
+            for array in arrays:
+                file.write(array.tobytes())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return path
+
+
+def write_json(value):
+    """`value` as the UTF-8 bytes of indented, key-sorted JSON (as transformers writes config.json)."""
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_folder(folder, files, overwrite=False):
+    """Write a checkpoint folder atomically: every file into a temporary sibling folder, then a rename.
+
+    Args:
+        folder: the folder to write (its parent is created).
+        files: dict of file name -> bytes, or -> dict of arrays (written with `write_safetensors`).
+        overwrite: bool. Replace a non-empty existing `folder`. Defaults to `False` (a ValueError).
+
+    Returns:
+        `pathlib.Path(folder)`.
+    """
+    import shutil
+    import tempfile
+    import uuid
+
+    folder = pathlib.Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"`folder`={str(folder)!r} is a file, not a folder; nothing was written.")
+    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
+        raise ValueError(f"`folder`={str(folder)!r} exists and is not empty; pass overwrite=True to replace it. "
+                         "Nothing was written.")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    temporary = pathlib.Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        os.chmod(temporary, 0o755)
+        for name, content in files.items():
+            if isinstance(content, dict):
+                write_safetensors(temporary / name, content)
+            else:
+                (temporary / name).write_bytes(content)
+        if folder.exists():  # an empty folder, or overwrite=True: swap, then remove the old one
+            old = folder.with_name(f".{folder.name}.old-{uuid.uuid4().hex[:8]}")
+            os.replace(folder, old)
+            os.replace(temporary, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(temporary, folder)
+    finally:
+        if temporary.exists():
+            shutil.rmtree(temporary, ignore_errors=True)
+    return folder
+
+
+def refuse(task, attribute, value, reason):
+    """The ValueError for a kformer model the Hugging Face family cannot represent exactly."""
+    return ValueError(f"{type(task).__name__} with `{attribute}`={value!r} cannot be saved in the Hugging Face "
+                      f"layout: {reason}. Nothing was written.")

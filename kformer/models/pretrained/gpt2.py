@@ -14,16 +14,18 @@ weight is read or assigned. Known difference in `generate` (not in the logits): 
 0 for padding, so generation never produces id 0 (GPT-2's `"!"`) and a prompt must not contain it.
 """
 
+import json
 import pathlib
 
 import numpy as np
 
 from kformer.models.gpt import CausalLM
-from kformer.models.pretrained.common import assign_all, field, read_weights, take
+from kformer.models.pretrained.common import Entry, assign_all, field, norm, read_weights, to_kformer
 
 ACTIVATIONS = {"gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "gelu": "gelu"}
 TASKS = (None, "causal_lm", "text_generation")
 OPTIONS = ("dropout", "name", "dtype", "preprocessor")
+END_TOKEN = "<|endoftext|>"  # GPT-2's end of text (and bos, unk)
 BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of older checkpoints, not weights
 
 
@@ -58,35 +60,38 @@ def model_arguments(config):
                 position="learned", tie_output_embedding=True)
 
 
-def checkpoint_arrays(weights, args):
-    """Every kformer weight's array, by role, from the safetensors tensors; a ValueError naming a
-    missing or misshapen tensor (nothing is assigned yet). Unknown tensors are refused too."""
-    prefix = "transformer." if "transformer.wte.weight" in weights else ""
-    e, v, p = args["hidden_dim"], args["vocabulary_size"], args["sequence_length"]
-    heads, inner = args["num_heads"], args["intermediate_dim"]
-    used = set()
+def table(model, prefix="transformer."):
+    """The `Entry` table of a GPT-2 `CausalLM`: `GPT2LMHeadModel` tensor names under `prefix`.
 
-    def get(name, shape):
-        used.add(prefix + name)
-        return take(weights, prefix + name, shape)
+    `Conv1D` kernels are `(in, out)` as Keras's, so only reshapes (and the fused `c_attn` split
+    into query, key and value, in that order) separate the two layouts.
+    """
+    e, inner = model.hidden_dim, model.intermediate_dim
+    embedding = model.token_embedding
+    entries = [Entry(prefix + "wte.weight", embedding.token_embedding.embeddings, (model.vocabulary_size, e)),
+               Entry(prefix + "wpe.weight", embedding.position_embedding.position_embeddings,
+                     (model.sequence_length, e))]
+    entries += norm(model.final_norm, prefix + "ln_f", e)
+    for i, block in enumerate(model.decoder_blocks):
+        h, attention, ff = f"{prefix}h.{i}.", block.self_attention, block.feed_forward
+        for j, dense in enumerate((attention.query_dense, attention.key_dense, attention.value_dense)):
+            entries += [Entry(h + "attn.c_attn.weight", dense.kernel, (e, 3 * e), part=(j, 3)),  # (E, heads, head_dim)
+                        Entry(h + "attn.c_attn.bias", dense.bias, (3 * e,), part=(j, 3))]
+        entries += norm(block.self_attention_norm, h + "ln_1", e) + norm(block.feed_forward_norm, h + "ln_2", e)
+        entries += [Entry(h + "attn.c_proj.weight", attention.output_dense.kernel, (e, e)),  # (heads, head_dim, E)
+                    Entry(h + "attn.c_proj.bias", attention.output_dense.bias, (e,)),
+                    Entry(h + "mlp.c_fc.weight", ff.inner.kernel, (e, inner)),
+                    Entry(h + "mlp.c_fc.bias", ff.inner.bias, (inner,)),
+                    Entry(h + "mlp.c_proj.weight", ff.outer.kernel, (inner, e)),
+                    Entry(h + "mlp.c_proj.bias", ff.outer.bias, (e,))]
+    return entries
 
-    arrays = {"wte": get("wte.weight", (v, e)), "wpe": get("wpe.weight", (p, e)),
-              "ln_f": (get("ln_f.weight", (e,)), get("ln_f.bias", (e,))), "blocks": []}
-    for i in range(args["num_layers"]):
-        h = f"h.{i}."
-        qkv, qkv_bias = get(h + "attn.c_attn.weight", (e, 3 * e)), get(h + "attn.c_attn.bias", (3 * e,))
-        arrays["blocks"].append({
-            "ln_1": (get(h + "ln_1.weight", (e,)), get(h + "ln_1.bias", (e,))),
-            "ln_2": (get(h + "ln_2.weight", (e,)), get(h + "ln_2.bias", (e,))),
-            "qkv": [(qkv[:, j * e:(j + 1) * e].reshape(e, heads, e // heads),
-                     qkv_bias[j * e:(j + 1) * e].reshape(heads, e // heads)) for j in range(3)],
-            "proj": (get(h + "attn.c_proj.weight", (e, e)).reshape(heads, e // heads, e),
-                     get(h + "attn.c_proj.bias", (e,))),
-            "fc": (get(h + "mlp.c_fc.weight", (e, inner)), get(h + "mlp.c_fc.bias", (inner,))),
-            "fc_proj": (get(h + "mlp.c_proj.weight", (inner, e)), get(h + "mlp.c_proj.bias", (e,))),
-        })
+
+def _check_tensors(weights, entries, prefix):
+    """A saved `lm_head.weight` must equal the token table (tied); an unknown tensor is refused."""
+    used = {entry.name for entry in entries}
     if "lm_head.weight" in weights:  # saved tied: must equal the token table
-        if not np.array_equal(take(weights, "lm_head.weight", (v, e)), arrays["wte"]):
+        if not np.array_equal(weights["lm_head.weight"], weights.get(prefix + "wte.weight")):
             raise ValueError("model.safetensors: tensor 'lm_head.weight' differs from 'transformer.wte.weight', but "
                              "config.json's `tie_word_embeddings` is true; kformer ties them.")
         used.add("lm_head.weight")
@@ -94,26 +99,6 @@ def checkpoint_arrays(weights, args):
     if unknown:
         raise ValueError(f"model.safetensors holds tensors a GPT-2 `CausalLM` has no place for: {unknown[:5]} "
                          f"({len(unknown)} in all); the checkpoint was not loaded.")
-    return arrays
-
-
-def pairs(model, arrays):
-    """`[(variable, array), ...]` for `assign_all`."""
-    embedding = model.token_embedding
-    out = [(embedding.token_embedding.embeddings, arrays["wte"]),
-           (embedding.position_embedding.position_embeddings, arrays["wpe"]),
-           (model.final_norm.gamma, arrays["ln_f"][0]), (model.final_norm.beta, arrays["ln_f"][1])]
-    for block, a in zip(model.decoder_blocks, arrays["blocks"]):
-        attention, ff = block.self_attention, block.feed_forward
-        for norm, (gamma, beta) in ((block.self_attention_norm, a["ln_1"]), (block.feed_forward_norm, a["ln_2"])):
-            out += [(norm.gamma, gamma), (norm.beta, beta)]
-        for dense, (kernel, bias) in zip((attention.query_dense, attention.key_dense, attention.value_dense),
-                                         a["qkv"]):
-            out += [(dense.kernel, kernel), (dense.bias, bias)]
-        out += [(attention.output_dense.kernel, a["proj"][0]), (attention.output_dense.bias, a["proj"][1])]
-        out += [(ff.inner.kernel, a["fc"][0]), (ff.inner.bias, a["fc"][1]),
-                (ff.outer.kernel, a["fc_proj"][0]), (ff.outer.bias, a["fc_proj"][1])]
-    return out
 
 
 def load(folder, config, task=None, **kwargs):
@@ -139,13 +124,17 @@ def load(folder, config, task=None, **kwargs):
     if unknown:
         raise ValueError(f"Unknown GPT-2 `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
     args = model_arguments(config)
-    arrays = checkpoint_arrays(read_weights(folder), args)
+    weights = read_weights(folder)
     preprocessor = kwargs.pop("preprocessor", None)
     if preprocessor is None:
         preprocessor = _default_preprocessor(folder, config, args["sequence_length"])
     args.update(kwargs)
     model = CausalLM(**args, preprocessor=preprocessor or None)
-    assign_all(pairs(model, arrays))
+    prefix = "transformer." if "transformer.wte.weight" in weights else ""
+    entries = table(model, prefix)
+    pairs = to_kformer(weights, entries)  # every tensor's shape checked before any assignment
+    _check_tensors(weights, entries, prefix)
+    assign_all(pairs)
     return model
 
 
@@ -157,3 +146,73 @@ def _default_preprocessor(folder, config, sequence_length):
     end = config.get("eos_token_id")
     return GPT2CausalLMPreprocessor.from_folder(folder, sequence_length=sequence_length,
                                                 end_token_id=end if isinstance(end, int) else None)
+
+
+def save(task, folder, overwrite=False):
+    """Write a `CausalLM` as a Hugging Face GPT-2 folder (`GPT2LMHeadModel`).
+
+    `config.json`, `model.safetensors` (the output projection tied to `wte`, as transformers saves
+    it) and, with a `GPT2CausalLMPreprocessor`, `vocab.json`, `merges.txt` and
+    `tokenizer_config.json`. What GPT-2 cannot represent exactly (rotary positions, an untied
+    output projection, another activation or another preprocessor) is a ValueError naming the
+    attribute, raised before anything is written. kformer has no attention-probability dropout,
+    so `attn_pdrop` is written as 0.
+
+    Args:
+        task: the `CausalLM`.
+        folder: the folder to write (atomically).
+        overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+
+    Returns:
+        `pathlib.Path(folder)`.
+    """
+    from kformer.models.pretrained.common import refuse, to_hf, write_folder, write_json
+
+    if task.position != "learned":
+        raise refuse(task, "position", task.position, "GPT-2 has learned absolute positions only")
+    if not task.tie_output_embedding:
+        raise refuse(task, "tie_output_embedding", False, "GPT-2 ties the output projection to `wte`")
+    names = {kformer: hf for hf, kformer in ACTIVATIONS.items() if hf != "gelu_pytorch_tanh"}
+    if not isinstance(task.activation, str) or task.activation not in names:
+        raise refuse(task, "activation", task.activation, f"GPT-2 computes one of {sorted(names)}")
+    files = _tokenizer_files(task, task.preprocessor)
+    end = None
+    if task.preprocessor is not None:
+        try:
+            end = int(task.preprocessor.end_token_id)
+        except (KeyError, ValueError, TypeError):  # a vocabulary without <|endoftext|>
+            end = None
+    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": task.vocabulary_size,
+              "n_positions": task.sequence_length, "n_embd": task.hidden_dim, "n_layer": task.num_layers,
+              "n_head": task.num_heads, "n_inner": task.intermediate_dim,
+              "layer_norm_epsilon": float(task.layer_norm_epsilon), "activation_function": names[task.activation],
+              "resid_pdrop": float(task.dropout), "embd_pdrop": float(task.dropout), "attn_pdrop": 0.0,
+              "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+              "tie_word_embeddings": True, "add_cross_attention": False, "initializer_range": 0.02,
+              "bos_token_id": end, "eos_token_id": end, "dtype": "float32"}
+    files.update({"config.json": write_json(config), "model.safetensors": to_hf(table(task))})
+    return write_folder(folder, files, overwrite)
+
+
+def _tokenizer_files(task, preprocessor):
+    """`vocab.json` + `merges.txt` + `tokenizer_config.json` of a `GPT2CausalLMPreprocessor`."""
+    from kformer.models.pretrained.common import refuse, write_json
+
+    if preprocessor is None:
+        return {}
+    if type(preprocessor).__name__ != "GPT2CausalLMPreprocessor":  # data/ is not imported by models/
+        raise refuse(task, "preprocessor", type(preprocessor).__name__, "transformers' GPT-2 tokenizer is the "
+                     "byte-level BPE of kformer.data.bpe.GPT2CausalLMPreprocessor; set the preprocessor to None "
+                     "to save the weights alone")
+    tokenizer = preprocessor.byte_pair_tokenizer
+    if getattr(tokenizer, "add_prefix_space", False):
+        raise refuse(task, "preprocessor.byte_pair_tokenizer.add_prefix_space", True, "GPT-2 adds no prefix space")
+    merges = [m for m in tokenizer.merges if "#version:" not in m.lstrip()]
+    vocabulary = {str(token): int(index) for token, index in dict(tokenizer.vocabulary).items()}
+    settings = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
+                "model_max_length": task.sequence_length}
+    if END_TOKEN in vocabulary:
+        settings.update(bos_token=END_TOKEN, eos_token=END_TOKEN, unk_token=END_TOKEN)
+    return {"vocab.json": json.dumps(vocabulary, ensure_ascii=False).encode("utf-8"),
+            "merges.txt": ("#version: 0.2\n" + "".join(m + "\n" for m in merges)).encode("utf-8"),
+            "tokenizer_config.json": write_json(settings)}

@@ -10,10 +10,8 @@ PIL bilinear with antialiasing when shrinking).
 import json
 import math
 
-import numpy as np
-
-from kformer.models.pretrained import common
-from kformer.models.pretrained.common import assign_all, field, read_weights
+from kformer.models.pretrained.common import (CONV, Entry, assign_all, field, linear, norm, read_weights, refuse,
+                                               to_hf, to_kformer, write_folder, write_json)
 
 ARCHITECTURES = ("ViTForImageClassification",)
 TASKS = (None, "image_classification")
@@ -23,7 +21,7 @@ UNUSED = ("vit.pooler.",)  # ViTModel's pooler: not part of the classifier
 BILINEAR = 2  # PIL.Image.BILINEAR, `ViTImageProcessor`'s default `resample`
 
 
-def load(folder, config, task=None, **kwargs):
+def load(folder, config, task=None, num_classes=None, class_names=None, **kwargs):
     """A `ViTImageClassifier` (with its `ImageClassifierPreprocessor` and class names) from `folder`.
 
     Args:
@@ -32,7 +30,11 @@ def load(folder, config, task=None, **kwargs):
             std 0.5 per channel).
         config: dict. `config.json`.
         task: None or `"image_classification"` (the checkpoint's head).
-        **kwargs: none are accepted.
+        num_classes: int or None. Another number of classes than the checkpoint's: a new, randomly
+            initialized head (for fine-tuning). Defaults to the checkpoint's (`id2label`).
+        class_names: list of str or None. Names for the classes (their number sets `num_classes`
+            when that is None); with the checkpoint's number of classes its head is kept.
+        **kwargs: none other is accepted.
 
     Every unsupported value, missing tensor or shape mismatch is a ValueError naming the file and
     the field, raised before any weight is assigned.
@@ -44,13 +46,28 @@ def load(folder, config, task=None, **kwargs):
         raise ValueError(f"A ViT checkpoint loads as an image classifier: `task` must be one of {list(TASKS)}. "
                          f"Received: task={task!r}")
     if kwargs:
-        raise ValueError(f"A ViT checkpoint takes no options. Received: {sorted(kwargs)}")
+        raise ValueError(f"A ViT checkpoint takes `task`, `num_classes` and `class_names`. Received: {sorted(kwargs)}")
     arguments = _model_arguments(config)
+    if class_names is not None:
+        class_names = [str(name) for name in class_names]
+        num_classes = len(class_names) if num_classes is None else num_classes
+    if num_classes is not None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2 or (
+                class_names is not None and len(class_names) != num_classes):
+            raise ValueError(f"`num_classes` must be an int >= 2 (the length of `class_names` when both are given). "
+                             f"Received: num_classes={num_classes!r}, class_names={class_names!r}")
+        new_head = num_classes != arguments["num_classes"]
+        arguments["num_classes"] = num_classes
+        if class_names is not None or new_head:
+            arguments["class_names"] = class_names
+    else:
+        new_head = False
     pixels = _pixel_arguments(folder, arguments["image_size"], arguments["channels"])
     weights = read_weights(folder)
     model = ViTImageClassifier(**arguments, **pixels, preprocessor=ImageClassifierPreprocessor(
         arguments["image_size"], arguments["channels"]))
-    assign_all(_pairs(model, weights, arguments))
+    pairs = _pairs(model, weights, arguments, new_head)
+    assign_all(pairs)
     return model
 
 
@@ -164,53 +181,84 @@ def _channel_values(file, key, value, channels, positive):
     return [float(v) for v in values]
 
 
-def _pairs(model, weights, arguments):
-    """[(kformer variable, array)] for every weight, each checkpoint tensor shape-checked (`take`)."""
-    hidden, heads = arguments["hidden_dim"], arguments["num_heads"]
-    head_dim, inner = hidden // heads, arguments["intermediate_dim"]
-    patch, channels = arguments["patch_size"], arguments["channels"]
-    tokens = (arguments["image_size"] // patch) ** 2 + 1
-    used = set()
-
-    def take(name, shape):
-        used.add(name)
-        return common.take(weights, name, shape)
-
-    def dense(prefix, rows, columns):  # torch Linear (out, in) -> Keras (in, out)
-        return take(f"{prefix}.weight", (columns, rows)).T, take(f"{prefix}.bias", (columns,))
-
-    def norm(layer, prefix):
-        return [(layer.gamma, take(f"{prefix}.weight", (hidden,))),
-                (layer.beta, take(f"{prefix}.bias", (hidden,)))]
-
+def table(model, head=True):
+    """The `Entry` table of a `ViTImageClassifier`: `ViTForImageClassification` tensor names
+    (without the classifier when `head` is False)."""
+    hidden, inner, patch = model.hidden_dim, model.intermediate_dim, model.patch_size
+    tokens = (model.image_size // patch) ** 2 + 1
     embedding = model.patch_embedding
-    conv = take("vit.embeddings.patch_embeddings.projection.weight", (hidden, channels, patch, patch))
-    pairs = [(embedding.class_token, take("vit.embeddings.cls_token", (1, 1, hidden))),
-             (embedding.position_embedding.position_embeddings,
-              take("vit.embeddings.position_embeddings", (1, tokens, hidden))[0]),
-             (embedding.projection.kernel, np.transpose(conv, (2, 3, 1, 0))),  # (out, in, kh, kw) -> (kh, kw, in, out)
-             (embedding.projection.bias, take("vit.embeddings.patch_embeddings.projection.bias", (hidden,)))]
+    entries = [Entry("vit.embeddings.cls_token", embedding.class_token, (1, 1, hidden)),
+               Entry("vit.embeddings.position_embeddings", embedding.position_embedding.position_embeddings,
+                     (1, tokens, hidden)),
+               Entry("vit.embeddings.patch_embeddings.projection.weight", embedding.projection.kernel,
+                     (hidden, model.channels, patch, patch), CONV),
+               Entry("vit.embeddings.patch_embeddings.projection.bias", embedding.projection.bias, (hidden,))]
     for i, block in enumerate(model.encoder_blocks):
         prefix = f"vit.encoder.layer.{i}"
         attention = block.self_attention
         for name, layer in (("query", attention.query_dense), ("key", attention.key_dense),
-                            ("value", attention.value_dense)):
-            kernel, bias = dense(f"{prefix}.attention.attention.{name}", hidden, hidden)
-            pairs += [(layer.kernel, kernel.reshape(hidden, heads, head_dim)),
-                      (layer.bias, bias.reshape(heads, head_dim))]
-        kernel, bias = dense(f"{prefix}.attention.output.dense", hidden, hidden)
-        pairs += [(attention.output_dense.kernel, kernel.reshape(heads, head_dim, hidden)),
-                  (attention.output_dense.bias, bias)]
-        pairs += norm(block.self_attention_norm, f"{prefix}.layernorm_before")
-        for layer, name, rows, columns in ((block.feed_forward.inner, "intermediate.dense", hidden, inner),
-                                           (block.feed_forward.outer, "output.dense", inner, hidden)):
-            kernel, bias = dense(f"{prefix}.{name}", rows, columns)
-            pairs += [(layer.kernel, kernel), (layer.bias, bias)]
-        pairs += norm(block.feed_forward_norm, f"{prefix}.layernorm_after")
-    pairs += norm(model.final_norm, "vit.layernorm")
-    kernel, bias = dense("classifier", hidden, model.num_classes)
+                            ("value", attention.value_dense)):  # kernel (hidden, heads, head_dim)
+            entries += linear(layer, f"{prefix}.attention.attention.{name}", hidden, hidden)
+        entries += linear(attention.output_dense, f"{prefix}.attention.output.dense", hidden, hidden)
+        entries += norm(block.self_attention_norm, f"{prefix}.layernorm_before", hidden)
+        entries += linear(block.feed_forward.inner, f"{prefix}.intermediate.dense", hidden, inner)
+        entries += linear(block.feed_forward.outer, f"{prefix}.output.dense", inner, hidden)
+        entries += norm(block.feed_forward_norm, f"{prefix}.layernorm_after", hidden)
+    entries += norm(model.final_norm, "vit.layernorm", hidden)
+    return entries + (linear(model.head, "classifier", hidden, model.num_classes) if head else [])
+
+
+def _pairs(model, weights, arguments, new_head=False):
+    """[(kformer variable, array)] for every weight, each checkpoint tensor shape-checked (`take`)."""
+    entries = table(model, head=not new_head)
+    pairs = to_kformer(weights, entries)
+    used = {entry.name for entry in entries}
+    if new_head:  # another number of classes: the checkpoint's classifier is left out
+        used.update({"classifier.weight", "classifier.bias"})
     unused = sorted(k for k in set(weights) - used if not k.startswith(UNUSED))
     if unused:  # e.g. more layers than config.json's num_hidden_layers: the two disagree
         raise ValueError(f"model.safetensors holds {len(unused)} tensors a ViTForImageClassification of this "
                          f"config.json does not have, e.g. {unused[:3]}; the checkpoint was not loaded.")
-    return pairs + [(model.head.kernel, kernel), (model.head.bias, bias)]
+    return pairs
+
+
+def save(task, folder, overwrite=False):
+    """Write a `ViTImageClassifier` as a Hugging Face ViT folder (`ViTForImageClassification`).
+
+    `config.json` (with `id2label` / `label2id`), `model.safetensors` and
+    `preprocessor_config.json` (a `ViTImageProcessor` resizing to `image_size`, rescaling by 1/255
+    and normalizing with the model's `pixel_mean` / `pixel_std`). A convolutional stem or
+    mixture-of-experts blocks are a ValueError naming the attribute, raised before anything is
+    written. kformer has no attention-probability dropout, so `attention_probs_dropout_prob` is 0.
+
+    Args:
+        task: the `ViTImageClassifier`.
+        folder: the folder to write (atomically).
+        overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+
+    Returns:
+        `pathlib.Path(folder)`.
+    """
+    if task.stem_channels:
+        raise refuse(task, "stem_channels", tuple(task.stem_channels), "ViT's patch embedding is one linear "
+                     "projection, without a convolutional stem")
+    if task.num_experts:
+        raise refuse(task, "num_experts", task.num_experts, "ViT's blocks have one dense MLP each, no experts")
+    names = list(task.class_names) if task.class_names else [f"LABEL_{i}" for i in range(task.num_classes)]
+    config = {"model_type": "vit", "architectures": list(ARCHITECTURES), "image_size": task.image_size,
+              "patch_size": task.patch_size, "num_channels": task.channels, "hidden_size": task.hidden_dim,
+              "num_hidden_layers": task.num_layers, "num_attention_heads": task.num_heads,
+              "intermediate_size": task.intermediate_dim, "hidden_act": "gelu", "qkv_bias": True,
+              "layer_norm_eps": float(task.layer_norm_epsilon), "hidden_dropout_prob": float(task.dropout),
+              "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "dtype": "float32",
+              "id2label": {str(i): name for i, name in enumerate(names)},
+              "label2id": {name: i for i, name in enumerate(names)}}
+    normalize = task.pixel_mean is not None or task.pixel_std is not None
+    processor = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "resample": BILINEAR,
+                 "size": {"height": task.image_size, "width": task.image_size}, "do_rescale": True,
+                 "rescale_factor": 1 / 255, "do_normalize": normalize,
+                 "image_mean": list(task.pixel_mean or [0.0] * task.channels),
+                 "image_std": list(task.pixel_std or [1.0] * task.channels)}
+    files = {"config.json": write_json(config), PREPROCESSOR_FILE: write_json(processor),
+             "model.safetensors": to_hf(table(task))}
+    return write_folder(folder, files, overwrite)

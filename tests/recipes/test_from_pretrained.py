@@ -1,0 +1,130 @@
+"""`--from-pretrained` in train_imdb (BERT) and train_vit (ViT): tiny random checkpoints written by
+`transformers`' `save_pretrained`, fine-tuned end to end, saved, carded and (BERT) served."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from kformer import models  # noqa: E402
+from recipes import common, lock, train_imdb, train_vit  # noqa: E402
+
+TEXTS = ["A wonderful, moving film.", "Dull, DULL and far too long!", "Café scenes, <br />great actors."]
+RUN = ["--epochs=1", "--max-examples=64", "--batch-size=16", "--no-plots", "--verbose=2"]
+
+
+@pytest.fixture(scope="module")
+def bert_checkpoint(tmp_path_factory):
+    """A 2-layer, 32-wide random `BertForMaskedLM` whose vocab.txt is learned on the bundled reviews."""
+    from kformer.data import imdb
+    from kformer.data.wordpiece import BERT_SPECIAL_TOKENS, WordPieceTokenizer
+
+    texts, _ = imdb.load_split("train", max_examples=500)
+    vocabulary = WordPieceTokenizer.learn(texts, 400, special_tokens=BERT_SPECIAL_TOKENS).vocabulary
+    assert vocabulary[0] == "[PAD]"
+    folder = tmp_path_factory.mktemp("checkpoints") / "tiny-bert"
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=len(vocabulary), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=48))
+    model.save_pretrained(folder, safe_serialization=True)
+    (folder / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vit_checkpoint(tmp_path_factory):
+    """A 2-layer, 32-wide random `ViTForImageClassification` on 32x32 RGB images, 5 classes."""
+    folder = tmp_path_factory.mktemp("checkpoints") / "tiny-vit"
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32,
+                                    num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                    num_labels=5, id2label=dict(enumerate("abcde")))
+    transformers.ViTForImageClassification(config).save_pretrained(folder, safe_serialization=True)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def _card_and_metrics(run_dir, source):
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
+    assert metrics["from_pretrained"] == config["from_pretrained"] == str(source)
+    card = (run_dir / "README.md").read_text()
+    assert f"fine-tuned from the pretrained checkpoint `{source}`" in card and f"(from {source})" in card
+    assert (run_dir / "model.keras").is_file()
+    return metrics, config
+
+
+@pytest.mark.only_backend("tensorflow")  # with its export, served in-process
+def test_imdb_fine_tunes_bert_and_serves_its_vocabulary(bert_checkpoint, tmp_path):
+    import tensorflow as tf
+
+    from kformer import cli
+
+    run_dir = train_imdb.main(RUN + [f"--from-pretrained={bert_checkpoint}", "--sequence-length=64",
+                                     f"--output-dir={tmp_path}"])
+    assert run_dir == tmp_path / "tiny-bert_imdb" / "1"
+    metrics, config = _card_and_metrics(run_dir, bert_checkpoint)
+    assert metrics["learning_rate"] == 2e-5 and metrics["test_examples"] == 64
+    assert config["sequence_length"] == 48 and config["normalizer"] == "bert_uncased"  # capped at its positions
+    model = models.load(run_dir)
+    assert type(model).__name__ == "BertTextClassifier" and model.class_names == train_imdb.CLASS_NAMES
+    vocabulary = (bert_checkpoint / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert model.preprocessor.tokenizer.vocabulary == vocabulary
+    want = model.predict(TEXTS, verbose=0)
+    served = tf.saved_model.load(str(run_dir)).signatures["serving_default"]
+    got = served(text=tf.constant(TEXTS))["probabilities"].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert cli.main(["check-serving", str(run_dir)]) == 0
+
+
+@pytest.mark.only_backend("jax")  # the recipe code is the backend's; export is tested above and in tests/export
+def test_vit_fine_tunes_on_mnist_with_a_new_head(vit_checkpoint, tmp_path):
+    run_dir = train_vit.main(RUN + [f"--from-pretrained={vit_checkpoint}", "--no-export",
+                                    f"--output-dir={tmp_path}"])
+    assert run_dir == tmp_path / "tiny-vit_mnist" / "1"
+    metrics, config = _card_and_metrics(run_dir, vit_checkpoint)
+    assert metrics["learning_rate"] == 3e-5 and config["new_head"] is True
+    model = models.load(run_dir)
+    assert model.num_classes == 10 and model.class_names == [str(d) for d in range(10)]
+    digits = np.zeros((2, 28, 28, 1), "uint8")  # grayscale 28x28 in, resized to 32x32 RGB
+    assert model.predict(digits, verbose=0).shape == (2, 10)
+
+
+def test_vit_loader_keeps_or_replaces_the_head(vit_checkpoint):
+    original = models.from_pretrained(vit_checkpoint)
+    renamed = models.from_pretrained(vit_checkpoint, class_names=list("vwxyz"))  # as many: the head is kept
+    assert renamed.class_names == list("vwxyz")
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(renamed.head.kernel),
+                                  keras.ops.convert_to_numpy(original.head.kernel))
+    new = models.from_pretrained(vit_checkpoint, num_classes=3)
+    assert new.num_classes == 3 and tuple(new.head.kernel.shape) == (32, 3)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(new.final_norm.gamma),
+                                  keras.ops.convert_to_numpy(original.final_norm.gamma))
+    with pytest.raises(ValueError, match="num_classes"):
+        models.from_pretrained(vit_checkpoint, num_classes=3, class_names=["a", "b"])
+
+
+@pytest.mark.parametrize("recipe", [train_imdb, train_vit])
+def test_from_pretrained_flags(recipe, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.parse_args(["--from-pretrained=some/folder", "--preset=vit_tiny" if recipe is train_vit
+                           else "--preset=imdb_tiny"])
+    assert exit_info.value.code == 2
+    assert "--from-pretrained and --preset are alternatives" in capsys.readouterr().err
+    scratch, tuned = recipe.parse_args([]), recipe.parse_args(["--from-pretrained=some/folder"])
+    assert scratch.learning_rate == 1e-3 and tuned.learning_rate == (2e-5 if recipe is train_imdb else 3e-5)
+    assert scratch.from_pretrained is None and tuned.preset is None
+    assert recipe.parse_args(["--from-pretrained=x", "--learning-rate=1e-4"]).learning_rate == 1e-4
+    assert "from_pretrained" not in common.MAY_CHANGE_ON_RESUME
+    # a rerun with another checkpoint does not resume the unfinished run
+    common.training_dir(recipe.parse_args([f"--output-dir={tmp_path}", "--from-pretrained=a"]), "run")
+    lock.release_all()
+    with pytest.raises(SystemExit) as exit_info:
+        common.training_dir(recipe.parse_args([f"--output-dir={tmp_path}", "--from-pretrained=b"]), "run")
+    assert exit_info.value.code == 2 and "--from-pretrained was 'a', now 'b'" in capsys.readouterr().err
