@@ -1,8 +1,9 @@
 """mini-BERT's pretrained-vs-scratch comparison on a machine without TensorFlow (a GPU machine).
 
 `recipes.pretrain_mini_bert` tokenizes and packs with TensorFlow, which a GPU
-machine may lack. `prepare` runs the recipe's own data steps (the same
-reviews, vocabulary, next-sentence pairs and validation split) and saves
+machine may lack. `prepare` runs the recipe's data steps through
+`kformer.data` (the same reviews, vocabulary, next-sentence pairs and
+validation split; it imports no recipe, and caches nothing) and saves
 their arrays; `train` needs only keras and numpy: it pretrains on the pairs
 with the recipe's masking (`kformer.data.mlm.mask_tokens`, new masks every
 batch), fine-tunes on the labeled reviews, trains a from-scratch twin with as
@@ -18,8 +19,8 @@ not offered here.
         --pretrain-epochs 30 --batch-size 256 --objective mlm --pretrain-dropout 0   # 5 min on one H200
     python -m benchmarks.mini_bert_gpu plot RESULTS [RESULTS ...] --out curves.png
 
-Flags after `--` in `prepare` are the recipe's (`--seed`, `--vocabulary-size`,
-`--sequence-length`, `--max-examples`); `train` takes the rest of the recipe's
+Flags after `--` in `prepare` are the recipe's, with its defaults (`--data-dir`, `--preset`,
+`--seed`, `--vocabulary-size`, `--sequence-length`, `--max-examples`); `train` takes the rest of the recipe's
 choices (AdamW, weight decay 0.01, warmup over 10 % of the steps then cosine
 decay, early stopping on validation accuracy with the best epoch restored).
 The held-out pairs are the recipe's; their masks are drawn once with the
@@ -40,23 +41,38 @@ import numpy as np
 ARRAYS = "arrays.npz"
 
 
+def recipe_flags(argv):
+    """`recipes/pretrain_mini_bert.py`'s data flags, with its defaults -> argparse namespace."""
+    p = argparse.ArgumentParser(prog="mini_bert_gpu prepare ARRAYS --", description="the recipe's data flags")
+    p.add_argument("--data-dir", default=None, help="full IMDB (default: the bundled sample)")
+    p.add_argument("--preset", default="bert_tiny")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--vocabulary-size", type=int, default=8000)
+    p.add_argument("--sequence-length", type=int, default=128)
+    p.add_argument("--max-examples", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.max_examples is not None and args.max_examples < 1:
+        p.error(f"argument --max-examples: expected an integer >= 1, got {args.max_examples}")
+    return args
+
+
 def prepare(argv):
     p = argparse.ArgumentParser(prog="mini_bert_gpu prepare", description="the recipe's data steps -> arrays")
     p.add_argument("arrays", type=pathlib.Path, help="folder to write arrays.npz, vocabulary.txt, config.json")
     args, recipe_argv = p.parse_known_args(argv)
-    from kformer.data import mlm
+    recipe = recipe_flags([a for a in recipe_argv if a != "--"])
+    from kformer.data import imdb, mlm
     from kformer.data.preprocessors import BertPreprocessor
-    from recipes import common, prepared
-    from recipes.pretrain_mini_bert import parse_args
+    from kformer.data.wordpiece import WordPieceTokenizer
 
-    recipe = parse_args([a for a in recipe_argv if a != "--"])
     args.arrays.mkdir(parents=True, exist_ok=True)
-    splits = common.load_imdb(recipe, unlabeled=True)
+    splits = {split: imdb.load_split(split, recipe.data_dir, recipe.max_examples)
+              for split in ("train", "test", "unsup")}
+    splits["train"], splits["validation"] = imdb.train_validation_split(*splits["train"], seed=recipe.seed)
     corpus = splits["unsup"][0] + splits["train"][0]  # as the recipe: never validation or test
-    name = f"{recipe.preset}_mlm"
-    tokenizer = common.learn_or_load_tokenizer(recipe, name, args.arrays / "vocabulary.txt", corpus)
-    pairs = prepared.nsp_pairs(prepared.cache_dir(recipe.output_dir, name), corpus, tokenizer,
-                               recipe.sequence_length, recipe.seed, verbose=2)
+    tokenizer = WordPieceTokenizer.learn(corpus, recipe.vocabulary_size, verbose=2)
+    tokenizer.save(args.arrays / "vocabulary.txt")
+    pairs = mlm.segment_pairs(corpus, tokenizer, recipe.sequence_length, seed=recipe.seed, verbose=2)
     preprocessor = BertPreprocessor(tokenizer, recipe.sequence_length)
     ids = "uint16" if tokenizer.vocabulary_size <= 2**16 else "int32"
     columns = {"pair_token_ids": pairs["token_ids"].astype(ids),
@@ -68,7 +84,7 @@ def prepare(argv):
         columns[f"{split}_labels"] = np.asarray(labels, "uint8")
     config = {"preset": recipe.preset, "sequence_length": recipe.sequence_length, "seed": recipe.seed,
               **mlm.masking_args(tokenizer), "pretraining_texts": len(corpus)}
-    common.write_json(args.arrays / "config.json", config)
+    (args.arrays / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     with open(args.arrays / f".tmp-{ARRAYS}", "wb") as f:  # atomic: a killed run leaves no half file
         np.savez_compressed(f, **columns)
     os.replace(args.arrays / f".tmp-{ARRAYS}", args.arrays / ARRAYS)
@@ -108,7 +124,7 @@ class MaskedPairs(keras.utils.PyDataset):
 
 
 def masked_batch(pairs, masking, rng):
-    """Pairs -> `(x, y, sample_weight)` for `mini_bert_pretraining`, as `mlm.make_pretraining_dataset`."""
+    """Pairs -> `(x, y, sample_weight)` for `bert_pretrainer`, as `mlm.make_pretraining_dataset`."""
     from kformer.data import mlm
 
     masked, positions, labels, weights = mlm.mask_tokens(pairs["token_ids"].astype("int32"), rng=rng, **masking)
@@ -126,12 +142,11 @@ def reviews(arrays, split):
 def classify(args, backbone, arrays, epochs, learning_rate, log):
     """Fine-tune a classifier on `backbone`; early stopping keeps the best validation epoch -> (accuracy, s)."""
     from kformer import models
-    from recipes.common import adamw
 
     train_x, train_y = reviews(arrays, "train")
     steps = epochs * math.ceil(len(train_y) / args.finetune_batch_size)
-    model = models.mini_bert_classifier(backbone, 2)
-    model.compile(adamw(learning_rate, steps), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    model = models.bert_text_classifier(backbone, 2)
+    model.compile(models.adamw(learning_rate, steps), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     start = time.time()
     model.fit(train_x, train_y, batch_size=args.finetune_batch_size, epochs=epochs, shuffle=True,
@@ -177,8 +192,6 @@ def train(argv):
         p.error(f"--out {args.out} already holds a run's metrics.json: pass a new folder (results are never "
                 "overwritten)")
     from kformer import models
-    from recipes.common import adamw
-    from recipes.pretrain_mini_bert import compile_pretraining
 
     config = json.loads((args.arrays / "config.json").read_text())
     masking = {k: config[k] for k in ("vocabulary_size", "num_special", "mask_id")}
@@ -199,8 +212,8 @@ def train(argv):
                                  np.random.default_rng(config["seed"]))  # held-out masks drawn once
     steps = args.pretrain_epochs * len(train_pairs)
     pretrained = backbone(**({} if args.pretrain_dropout is None else {"dropout": args.pretrain_dropout}))
-    model = models.mini_bert_pretraining(pretrained)
-    compile_pretraining(model, args.objective, adamw(args.learning_rate, steps))  # the recipe's losses
+    model = models.bert_pretrainer(pretrained)
+    models.compile_bert_pretrainer(model, models.adamw(args.learning_rate, steps), objective=args.objective)
     snapshots = Snapshots(pretrained, args.finetune_at)
     start = time.time()
     model.fit(train_pairs, epochs=args.pretrain_epochs, validation_data=(x, y, weights),

@@ -36,10 +36,18 @@ import time
 from benchmarks import encoder_throughput
 
 RECIPES = ("imdb", "translator", "vit_mnist", "vit_cifar10", "mini_bert", "gpt")
-RECIPE_ARGV = {
-    "imdb": ("train_imdb", []), "translator": ("train_translator", []),
-    "vit_mnist": ("train_vit", ["--dataset", "mnist"]), "vit_cifar10": ("train_vit", ["--dataset", "cifar10"]),
-    "mini_bert": ("pretrain_mini_bert", []), "gpt": ("train_gpt", []),
+# Each recipe's defaults that shape a step (the benchmark imports no recipe; tests/benchmarks/
+# test_recipe_steps.py checks them against the recipes' own parsers).
+RECIPE_DEFAULTS = {
+    "imdb": dict(preset="imdb_bigram", batch_size=32, learning_rate=1e-3, vocabulary_size=20000,
+                 sequence_length=256, ema=0.99),
+    "translator": dict(preset="transformer_small", batch_size=64, learning_rate=1e-3, vocabulary_size=8000,
+                       sequence_length=40),
+    "vit_mnist": dict(preset="vit_tiny", batch_size=128, learning_rate=1e-3, weight_decay=0.05),
+    "vit_cifar10": dict(preset="vit_hybrid_cifar", batch_size=128, learning_rate=1e-3, weight_decay=0.05),
+    "mini_bert": dict(preset="bert_tiny", batch_size=32, learning_rate=1e-3, vocabulary_size=8000,
+                      sequence_length=128),
+    "gpt": dict(preset="gpt_tiny", batch_size=32, learning_rate=1e-3, vocabulary_size=8000, sequence_length=128),
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 JIT = {"auto": "auto", "true": True, "false": False}
@@ -47,11 +55,10 @@ POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def recipe_args(recipe):
-    """The recipe's default arguments, from its own parser (which leaves malloc to the worker's `--malloc`)."""
-    import importlib
+    """The recipe's default arguments that shape a step (`RECIPE_DEFAULTS`) as a namespace."""
+    import types
 
-    module, argv = RECIPE_ARGV[recipe]
-    return importlib.import_module(f"recipes.{module}").parse_args([*argv, "--no-keep-freed-memory"])
+    return types.SimpleNamespace(**RECIPE_DEFAULTS[recipe])
 
 
 def build(recipe, jit_compile="auto"):
@@ -72,9 +79,9 @@ def build(recipe, jit_compile="auto"):
     if recipe == "imdb":
         model = models.build(args.preset, vocabulary_size=args.vocabulary_size,
                              sequence_length=args.sequence_length, class_names=["negative", "positive"])
-        from recipes import train_imdb
-
-        model.compile(train_imdb.optimizer(args, batch), scce,  # the recipe's own (its --ema included)
+        optimizer = keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01, use_ema=True,  # the recipe's
+                                           ema_momentum=args.ema)  # (constant --schedule, --ema 0.99)
+        model.compile(optimizer, scce,
                       metrics=["accuracy"], jit_compile=jit_compile)
         data = (ids(batch, args.sequence_length), ids(batch, high=2) - 1)
     elif recipe == "translator":
@@ -100,7 +107,7 @@ def build(recipe, jit_compile="auto"):
 
         backbone = models.build(args.preset, vocabulary_size=args.vocabulary_size,
                                 sequence_length=args.sequence_length)
-        model = models.mini_bert_pretraining(backbone)
+        model = models.bert_pretrainer(backbone)
         model.compile(keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
                       loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
                                 from_logits=True, reduction="mean_with_sample_weight"), "nsp_logits": scce},

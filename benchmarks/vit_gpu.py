@@ -7,7 +7,7 @@ and epochs, and writes `metrics.json` (after each side) and the per-epoch logs:
 
 - kformer: the recipe's flags and choices: its preset, AdamW (weight decay
   0.05) with warmup + cosine decay, batch 128, random shifts (and flips on
-  CIFAR-10) from `kformer.data.images.augmentation`, early stopping on
+  CIFAR-10) from `kformer.data.augmentation`, early stopping on
   validation accuracy with the best epoch restored. The augmentation runs as
   the model's first layer, on the device, instead of in tf.data: the same
   layers, drawn per image.
@@ -21,7 +21,9 @@ and epochs, and writes `metrics.json` (after each side) and the per-epoch logs:
 
 Flags after `--` are the recipe's (`--dataset`, `--data-dir`, `--preset`,
 `--epochs`, `--batch-size`, `--learning-rate`, `--weight-decay`, `--patience`,
-`--seed`, `--max-examples`). CIFAR-10's JPEGs are decoded with Pillow where
+`--seed`, `--max-examples`, `--verbose`, `--jit-compile`), with its defaults
+(`recipe_flags`; the benchmark imports no recipe, tests/benchmarks/test_vit_gpu.py
+checks the defaults agree). CIFAR-10's JPEGs are decoded with Pillow where
 TensorFlow is missing (the same pixels; `kformer.data.images`).
 """
 
@@ -33,24 +35,58 @@ import time
 
 import keras
 
+DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_hybrid_cifar"}  # recipes/train_vit.py's
+
+
+def recipe_flags(argv):
+    """`recipes/train_vit.py`'s flags that apply here, with its defaults -> argparse namespace."""
+    from kformer.data import images
+
+    p = argparse.ArgumentParser(prog="vit_gpu train ... --", description="the recipe's flags")
+    p.add_argument("--dataset", choices=images.DATASETS, default="mnist")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--preset", default=None, help="default: vit_tiny (mnist), vit_hybrid_cifar (cifar10)")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--patience", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--max-examples", type=int, default=None)
+    p.add_argument("--verbose", choices=("auto", "0", "1", "2"), default="auto")
+    p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto")
+    args = p.parse_args(argv)
+    for flag in ("epochs", "batch_size", "patience", "max_examples"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            p.error(f"argument --{flag.replace('_', '-')}: expected an integer >= 1, got {getattr(args, flag)}")
+    args.preset = args.preset or DEFAULT_PRESETS[args.dataset]
+    args.verbose = 2 if args.verbose == "auto" else int(args.verbose)
+    args.jit_compile = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+    args._argv = list(argv)
+    return args
+
 
 def run_kformer(recipe, train, validation, test, log):
     """The recipe's model, optimizer, augmentation and early stopping on in-memory arrays -> results."""
     from benchmarks.anchors.vit import compile_augmentation, jit_compile
     from kformer import models
     from kformer.data import images
-    from recipes.train_vit import compile_model
+    from kformer.data.augmentation import augmentation
 
     keras.utils.set_random_seed(recipe.seed)
     start = time.time()
     classifier = models.build(recipe.preset, class_names=list(images.CLASS_NAMES[recipe.dataset]))
     inputs = keras.Input(images.IMAGE_SHAPES[recipe.dataset])
-    augment = images.augmentation(recipe.dataset, seed=recipe.seed)  # identity when training=False
+    augment = augmentation(recipe.dataset, seed=recipe.seed)  # identity when training=False
     model = keras.Model(inputs, classifier(augment(inputs)), name=f"{recipe.preset}_augmented")
     jit = jit_compile(recipe.jit_compile)
     if jit is True:
         compile_augmentation(model)
-    compile_model(model, recipe, len(train[1]), jit_compile=jit)
+    steps = recipe.epochs * -(-len(train[1]) // recipe.batch_size)
+    model.compile(models.adamw(recipe.learning_rate, steps, weight_decay=recipe.weight_decay),  # the recipe's
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")], jit_compile=jit)
     fit_start = time.time()
     history = model.fit(train[0].astype("float32"), train[1], batch_size=recipe.batch_size, epochs=recipe.epochs,
                         shuffle=True, validation_data=(validation[0].astype("float32"), validation[1]),
@@ -75,15 +111,9 @@ def train(argv):
     from benchmarks.anchors import vit as anchor
     from benchmarks.mini_bert_gpu import device_name, save
     from kformer.data import images
-    from recipes.train_vit import parse_args
 
-    recipe = parse_args([a for a in recipe_argv if a != "--"])
-    recipe.verbose = 2 if recipe.verbose == "auto" else recipe.verbose
-    unsupported = {"--tfds": recipe.tfds, "--mixed-precision": recipe.mixed_precision,
-                   "--distribute": recipe.distribute, "--model-parallel": recipe.model_parallel != 1}
-    if any(unsupported.values()):
-        p.error(f"{', '.join(f for f, given in unsupported.items() if given)}: not supported here (both sides "
-                "train in float32 on one device from the files in --data-dir)")
+    recipe = recipe_flags([a for a in recipe_argv if a != "--"])  # no --tfds, --mixed-precision, --distribute:
+    # both sides train in float32 on one device from the files in --data-dir
     if args.anchor_epochs is not None and args.anchor_epochs < 1:
         p.error(f"--anchor-epochs must be >= 1. Received: {args.anchor_epochs}")
     if (args.out / "metrics.json").exists():

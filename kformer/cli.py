@@ -13,8 +13,13 @@ import argparse
 import json
 import os
 import pathlib
+import signal
+import subprocess
 import sys
+import threading
 
+# The recipes `kformer train` runs: name -> script under recipes/ (`python -m recipes.<script>`). The
+# library never imports recipes/: they are scripts of the source checkout, run in their own process.
 RECIPES = {"imdb": "train_imdb", "translator": "train_translator", "bert": "pretrain_mini_bert",
            "vit": "train_vit", "gpt": "train_gpt"}
 
@@ -102,23 +107,52 @@ def _train(parser, argv):
             print(f"usage: kformer train {{{','.join(RECIPES)}}} [recipe flags]; "
                   "`kformer train imdb --help` lists a recipe's flags")
             return 0
-        parser.error(f"train: expected a recipe, one of {list(RECIPES)}; got {argv[0] if argv else 'none'!r}")
-    import importlib
-    import os
+        got = f"invalid choice: {_shown(argv[0])!r}" if argv else "expected one argument"
+        parser.error(f"train: argument recipe: {got} (choose from {', '.join(RECIPES)})")
+    root = _recipes_root()
+    if root is None:
+        sys.exit("error: `kformer train` runs the recipes of a source checkout (recipes/ and the bundled data/), "
+                 "which this installation has none of: run it from the repository root, or install the "
+                 "checkout with `pip install -e .`.")
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *([path] if path else [])])}
+    return _run_script([sys.executable, "-m", f"recipes.{RECIPES[argv[0]]}", *argv[1:]], env=env)
 
-    # The installed `kformer` script's sys.path holds its bin/ folder, not the
-    # working directory: add the checkout the user runs it from.
-    if os.path.isfile(os.path.join("recipes", "__init__.py")) and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+
+def _recipes_root():
+    """The checkout whose `recipes/` `kformer train` runs, or None: the working directory, else kformer's own.
+
+    The second is the checkout an editable install (`pip install -e .`) points at, so the
+    command works from any folder; a wheel install has no recipes.
+    """
+    for root in (pathlib.Path.cwd(), pathlib.Path(__file__).resolve().parents[1]):
+        if (root / "recipes" / "__init__.py").is_file():
+            return root
+    return None
+
+
+def _run_script(command, **kwargs):
+    """Run `command` with this process's stdin, stdout and stderr; return its exit status.
+
+    Ctrl-C reaches the child (same process group) while this process waits, as a shell
+    waits for its foreground command: the recipe writes its own message and exits 130.
+    A child killed by signal N returns 128 + N, as a shell reports it.
+    """
+    process = subprocess.Popen(command, **kwargs)  # started first: a child started ignoring SIGINT keeps ignoring it
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     try:
-        recipe = importlib.import_module(f"recipes.{RECIPES[argv[0]]}")
-    except ModuleNotFoundError as err:
-        if err.name not in ("recipes", f"recipes.{RECIPES[argv[0]]}"):
-            raise  # a missing dependency inside the recipe: its own message is the clear one
-        sys.exit("error: `kformer train` runs the recipes in the source checkout (recipes/ and the bundled "
-                 "data/): run it from the repository root, where `python -m recipes.train_imdb` also works.")
-    recipe.main(argv[1:])
-    return 0
+        while True:
+            try:
+                if previous is not None:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                code = process.wait()
+                break
+            except KeyboardInterrupt:  # came before it was ignored; the child had it too
+                continue
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return 128 - code if code < 0 else code
 
 
 def _load(parser, path):

@@ -453,16 +453,8 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
     return write
 
 
-def adamw(peak, steps):
-    """The recipes' AdamW: weight decay 0.01, `warmup_cosine(peak, steps)`."""
-    return keras.optimizers.AdamW(warmup_cosine(peak, steps), weight_decay=0.01)
-
-
-def warmup_cosine(peak, steps, warmup_fraction=0.1):
-    """Learning rate: linear warmup to `peak` over `warmup_fraction` of `steps`, then cosine decay to 0."""
-    warmup = int(steps * warmup_fraction)
-    return keras.optimizers.schedules.CosineDecay(0.0, max(1, steps - warmup), warmup_target=peak,
-                                                  warmup_steps=warmup)
+adamw = models.adamw  # the recipes' AdamW (weight decay 0.01) with `warmup_cosine`: kformer's public API
+warmup_cosine = models.warmup_cosine
 
 
 def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoch=None):

@@ -52,7 +52,7 @@ LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): 
 
 
 def parse_args(argv=None):
-    p = common.make_parser(__doc__, builder="mini_bert", preset="bert_tiny", epochs=3,
+    p = common.make_parser(__doc__, builder="bert", preset="bert_tiny", epochs=3,
                            batch_size=32, learning_rate=1e-3, tfds=True)
     p.add_argument("--pretrain-steps", type=common.positive_int, default=None,
                    help="pretraining optimizer steps, split over --epochs (default: --epochs passes over the pairs)")
@@ -126,7 +126,7 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
     dropout = {} if args.pretrain_dropout is None else {"dropout": args.pretrain_dropout}
     with scope:
         backbone = build_backbone(args, tokenizer.vocabulary_size, **dropout)
-        model = models.mini_bert_pretraining(
+        model = models.bert_pretrainer(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
         compile_pretraining(model, args.objective, common.adamw(args.learning_rate, steps), args.jit_compile)
     start = time.time()
@@ -150,26 +150,14 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
 
 
 def compile_pretraining(model, objective, optimizer, jit_compile="auto"):
-    """Compile a `mini_bert_pretraining` model for `objective` ("mlm_nsp" or "mlm").
-
-    Masked-token loss averaged over real masks (`mean_with_sample_weight`);
-    with "mlm" there is no NSP loss or metric, and the pooler and NSP head,
-    which only NSP trains, are frozen.
-    """
-    nsp = objective == "mlm_nsp"
-    heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]
-    losses = {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
-                  from_logits=True, reduction="mean_with_sample_weight"),
-              "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
-    model.backbone.pooler.trainable = model.nsp_head.trainable = nsp
-    model.compile(optimizer, loss={head: losses[head] for head in heads},
-                  weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads}, jit_compile=jit_compile)
+    """Compile a `bert_pretrainer` model for `objective` ("mlm_nsp" or "mlm"): `models.compile_bert_pretrainer`."""
+    models.compile_bert_pretrainer(model, optimizer, objective=objective, jit_compile=jit_compile)
 
 
 def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, learning_rate, steps_per_epoch):
     steps = epochs * steps_per_epoch
     with scope:
-        model = models.mini_bert_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
+        model = models.bert_text_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
                                             preprocessor=preprocessor)
         model.compile(common.adamw(learning_rate, steps), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)

@@ -47,7 +47,7 @@ LIMITS = ["English movie reviews only; other domains and languages are untested.
 
 
 def parse_args(argv=None):
-    p = common.make_parser(__doc__, builder="imdb_classifier", preset="imdb_bigram", epochs=3,
+    p = common.make_parser(__doc__, builder="text_classifier", preset="imdb_bigram", epochs=3,
                            batch_size=32, learning_rate=1e-3, tfds=True, pretrained=("BERT", 2e-5))
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=20000,
                    help="WordPiece tokens to learn (default 20000: validation accuracy 0.890 vs 0.879 with "

@@ -29,6 +29,7 @@ import keras
 
 from kformer import models, viz
 from kformer.data import images
+from kformer.data.augmentation import augmentation
 from recipes import common
 
 DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_hybrid_cifar"}
@@ -58,8 +59,7 @@ def compile_model(model, args, train_examples, jit_compile=None):
     """The recipe's AdamW (`--weight-decay`, warmup + cosine decay over `--epochs`), loss and
     top-1 / top-5 metrics; `jit_compile` defaults to `--jit-compile`."""
     steps = args.epochs * -(-train_examples // args.batch_size)
-    model.compile(keras.optimizers.AdamW(common.warmup_cosine(args.learning_rate, steps),
-                                         weight_decay=args.weight_decay),
+    model.compile(models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
                            keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
@@ -86,7 +86,7 @@ def _resized(ds, resize):
     """`ds` with its images passed through `resize` (the checkpoint preprocessor's `inputs`), if any."""
     if resize is None:
         return ds
-    from kformer.data.preprocessors import without_autograph
+    from kformer.data.pipeline import without_autograph
 
     return ds.map(without_autograph(lambda x, *rest: (resize(x), *rest)), num_parallel_calls=-1)  # AUTOTUNE
 
@@ -127,7 +127,7 @@ def main(argv=None):
         resize = model.preprocessor.inputs  # ... then resized (and made RGB) batch by batch, as served
     train_ds = _resized(preprocessor.dataset(x[:cut], y[:cut], batch_size=args.batch_size, shuffle=True,
                                              seed=args.seed,
-                                             augment=images.augmentation(args.dataset, seed=args.seed)), resize)
+                                             augment=augmentation(args.dataset, seed=args.seed)), resize)
     val_ds = _resized(preprocessor.dataset(x[cut:], y[cut:], batch_size=args.batch_size), resize)
     test_ds = _resized(preprocessor.dataset(test_x, test_y, batch_size=args.batch_size), resize)
     with scope:

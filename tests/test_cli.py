@@ -26,7 +26,7 @@ def test_list_prints_every_preset(capsys):
 @pytest.fixture(scope="module")
 def classifier_path(tmp_path_factory):
     tokenizer = WordPieceTokenizer(VOCABULARY)
-    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=len(VOCABULARY), sequence_length=8,
+    model = models.text_classifier(preset="imdb_tiny", vocabulary_size=len(VOCABULARY), sequence_length=8,
                                    class_names=["negative", "positive"],
                                    preprocessor=TextClassifierPreprocessor(tokenizer, 8))
     path = tmp_path_factory.mktemp("cli") / "model.keras"
@@ -53,11 +53,11 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["predict", "/no/such/model.keras", "text"], "path: `path` must be a `.keras` file"),
-    (["train", "nope"], "expected a recipe, one of ['imdb'"),
+    (["train", "nope"], "argument recipe: invalid choice: 'nope' (choose from imdb, translator, bert, vit, gpt)"),
+    (["train"], "train: argument recipe: expected one argument (choose from imdb,"),
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
     (["export", "x.keras"], "--output-dir"),
     (["export", "x.keras", "--output-dir=d", "--max-image-pixels=0"], "--max-image-pixels: expected an integer >= 1"),
-    (["train", "imdb", "--learning-rate=nan"], "--learning-rate"),
     (["check-serving", "/no/such/version"], "path: `version_dir` '/no/such/version' is not a folder"),
     (["check-serving", "."], "holds no saved_model.pb"),
 ])
@@ -89,20 +89,68 @@ def test_image_files_are_classified(tmp_path, capsys):
 
 
 @pytest.mark.tf_only
-def test_installed_script_trains_from_the_checkout_root(tmp_path):
+def test_installed_script_trains_from_any_folder(tmp_path):
     script = Path(sys.executable).parent / "kformer"
     if not script.is_file():
         pytest.skip("the `kformer` console script is not installed (pip install -e .)")
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
     env.pop("PYTHONPATH", None)  # as a user's shell has it: only the script's own sys.path
-    ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert ran.returncode == 0, ran.stderr
-    assert "--data-dir" in ran.stdout and "--preset" in ran.stdout
-    ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert ran.returncode == 1 and "run it from the repository root" in ran.stderr
+    for cwd in (root, tmp_path):  # the checkout, or any folder (the editable install's checkout)
+        ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=cwd, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        assert "--data-dir" in ran.stdout and "--preset" in ran.stdout
+
+
+def test_train_runs_the_recipe_as_a_script_and_passes_its_exit_status_on(tmp_path, capfd):
+    """The library imports no recipe: the recipe runs in its own process, its flag errors exit 2."""
+    code = ("import sys\nfrom kformer import cli\nstatus = cli.main(['train', 'imdb', '--learning-rate=nan'])\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'recipes'], 'imported recipes'\n"
+            "sys.exit(status)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 2, ran.stderr
+    assert "argument --learning-rate: expected a finite number > 0.0, got nan" in ran.stderr
+
+
+def test_train_without_a_checkout_says_where_recipes_live(monkeypatch):
+    monkeypatch.setattr(cli, "_recipes_root", lambda: None)
+    with pytest.raises(SystemExit, match="runs the recipes of a source checkout"):
+        cli.main(["train", "imdb", "--help"])
+
+
+CHILD = """
+import signal, sys, time
+if sys.argv[1] == "signal":
+    signal.raise_signal(signal.SIGTERM)
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("interrupted in the recipe", file=sys.stderr, flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("how, status", [("ctrl-c", 130), ("signal", 128 + 15)])
+def test_train_passes_ctrl_c_to_the_recipe_and_exits_as_it_does(how, status):
+    """Ctrl-C (SIGINT to the terminal's process group) reaches the recipe, which exits 130; a signal: 128 + N."""
+    import signal
+    import time
+
+    parent = (f"import sys\nfrom kformer.cli import _run_script\n"
+              f"sys.exit(_run_script([sys.executable, '-c', {CHILD!r}, {how!r}]))")
+    started = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # its own process group, as a terminal's job
+    if how == "ctrl-c":
+        assert started.stdout.readline() == "ready\n"
+        time.sleep(0.5)
+        os.killpg(started.pid, signal.SIGINT)
+    _, err = started.communicate(timeout=120)
+    assert started.returncode == status, err
+    assert ("interrupted in the recipe" in err) == (how == "ctrl-c")
 
 
 @pytest.mark.parametrize("argv, message", [

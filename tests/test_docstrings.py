@@ -35,8 +35,8 @@ def public_objects():
                 found += _defined_in(obj)
             elif inspect.isclass(obj) or inspect.isfunction(obj):
                 found.append((f"{package_name}.{name}", obj))
-    for info in pkgutil.iter_modules(kformer.data.__path__):
-        found += _defined_in(importlib.import_module(f"kformer.data.{info.name}"))
+    for info in pkgutil.walk_packages(kformer.data.__path__, "kformer.data."):
+        found += _defined_in(importlib.import_module(info.name))
     return found
 
 

@@ -11,7 +11,7 @@ import kformer
 KERAS_BASES = (keras.layers.Layer, keras.losses.Loss, keras.optimizers.schedules.LearningRateSchedule)
 SKIP = ("kformer.export", "kformer.viz", "kformer.cli")  # graph-building and plotting code, no saved objects
 # Base classes: never saved themselves, only their registered subclasses.
-BASES = {"TransformerBlock", "Preprocessor", "Backbone", "Task", "ClassifierTask"}
+BASES = {"TransformerBlock", "Preprocessor", "KformerModel", "Task", "ClassifierTask", "GenerativeTask"}
 
 
 def test_every_kformer_keras_class_is_registered():

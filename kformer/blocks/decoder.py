@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from kformer.blocks.base import TransformerBlock
-from kformer.layers.checks import has_plain_weights
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -126,10 +125,6 @@ class TransformerDecoderBlock(TransformerBlock):
                 "Received: self_attention_cache_update_index=None"
             )
         cached = self_attention_cache is not None
-        if cached and self._decodes_fast(training, return_attention_scores, decoder_attention_mask,
-                                         use_causal_mask, cross_attention_cache):
-            return self._decode_step(decoder_sequence, self_attention_cache, self_attention_cache_update_index,
-                                     cross_attention_cache, encoder_padding_mask, decoder_padding_mask)
         if cached and decoder_padding_mask is not None:  # (batch, max_len) over the cache
             cache_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
             decoder_attention_mask = cache_mask if decoder_attention_mask is None else \
@@ -171,71 +166,3 @@ class TransformerDecoderBlock(TransformerBlock):
         x = self._run_feed_forward(x, None if cached else decoder_padding_mask, training)
         extras = caches + scores
         return (x,) + extras if extras else x
-
-    def _decodes_fast(self, training, return_attention_scores, attention_mask, use_causal_mask, cross_cache):
-        """True when a cached call can take `_decode_step`: inference, causal, no scores, a
-        precomputed cross-attention cache, plain float weights (no mixed or quantized policy)."""
-        if training or return_attention_scores or attention_mask is not None or not use_causal_mask:
-            return False
-        if self.cross_attention is not None and cross_cache is None:
-            return False
-        return has_plain_weights(self)
-
-    def decoding_weights(self):
-        """The attention projections as 2-D matrices (`MultiHeadAttention.flat_weights`) for
-        `decode_step`, made once per decoding call outside its loop; None where `decode_step`
-        does not apply (mixed or quantized weights: decode through `call`)."""
-        if not has_plain_weights(self):
-            return None
-        cross = None if self.cross_attention is None else self.cross_attention.flat_weights()
-        return {"self": self.self_attention.flat_weights(fuse_query_key_value=True), "cross": cross,
-                "feed_forward": None if self.num_experts else self.feed_forward.flat_weights()}
-
-    def decode_step(self, x, cache, index, weights, cross_cache=None, encoder_padding_mask=None):
-        """One cached inference step: what `call(x, self_attention_cache=cache,
-        self_attention_cache_update_index=index, cross_attention_cache=cross_cache,
-        encoder_padding_mask=...)` returns, through `decoding_weights()` and no `__call__`.
-
-        Args:
-            x: `(batch, n, hidden)` the new tokens' inputs.
-            cache: `(batch, 2, max_len, heads, key_dim)`; written at `index`.
-            index: int or scalar tensor.
-            weights: `decoding_weights()` (not None).
-            cross_cache: `(batch, 2, source_len, heads, key_dim)` with cross-attention.
-            encoder_padding_mask: bool `(batch, source_len)`, its
-                `masks.key_padding_mask` `(batch, 1, source_len)` made once
-                per decoding call, or None.
-
-        Returns:
-            `(x, cache)`.
-        """
-        if (self.cross_attention is None) != (cross_cache is None):
-            raise ValueError("`cross_cache` must be given exactly when the block has cross-attention "
-                             f"({self.cross_attention is not None}). Received: cross_cache={cross_cache!r:.40}")
-        x, cache = ops.convert_to_tensor(x), ops.convert_to_tensor(cache)
-        return self._decode_step(x, cache, index, cross_cache, encoder_padding_mask, None, weights)[:2]
-
-    def _decode_step(self, x, cache, index, cross_cache, encoder_mask, cache_mask, weights=None):
-        """What `call` computes for cached inference, through the sublayers' fast paths
-        (`MultiHeadAttention.cached_call`, `FeedForward.infer`): fewer ops and no sublayer
-        `__call__`s a decoding step. Returns `(x, cache)`, then `cross_cache` if there is one."""
-        weights = weights or {"self": None, "cross": None, "feed_forward": None}
-
-        def pre(x, norm):
-            return norm.call(x) if self.normalize_first else x
-
-        def add(x, out, norm):
-            return x + out if self.normalize_first else norm.call(x + out)
-
-        out, cache = self.self_attention.cached_call(pre(x, self.self_attention_norm), cache, index,
-                                                     key_mask=cache_mask, weights=weights["self"])
-        x = add(x, out, self.self_attention_norm)
-        if self.cross_attention is not None:
-            out, _ = self.cross_attention.cached_call(pre(x, self.cross_attention_norm), cross_cache,
-                                                      key_mask=encoder_mask, weights=weights["cross"])
-            x = add(x, out, self.cross_attention_norm)
-        h = pre(x, self.feed_forward_norm)
-        out = (self.feed_forward(h, training=False) if self.num_experts
-               else self.feed_forward.infer(h, weights["feed_forward"]))
-        x = add(x, out, self.feed_forward_norm)
-        return (x, cache) if cross_cache is None else (x, cache, cross_cache)

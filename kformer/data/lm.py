@@ -117,7 +117,7 @@ def windows_dataset(windows, batch_size, shuffle=False, seed=0):
     """
     import tensorflow as tf
 
-    from kformer.data.preprocessors import data_options, without_autograph
+    from kformer.data.pipeline import data_options, without_autograph
 
     ds = tf.data.Dataset.from_tensor_slices(windows)
     if shuffle:

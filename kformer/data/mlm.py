@@ -7,7 +7,7 @@ labels follow BERT's code: 0 = "B is the next segment", 1 = "B is random".
     tokenizer = WordPieceTokenizer.learn(texts, 8000)
     arrays = mlm.segment_pairs(texts, tokenizer, sequence_length=128)
     ds = mlm.make_pretraining_dataset(arrays, 32, **mlm.masking_args(tokenizer), shuffle=True)
-    model = kformer.models.mini_bert_pretraining(kformer.models.mini_bert(...))
+    model = kformer.models.bert_pretrainer(kformer.models.bert(...))
     model.compile("adamw", loss={
         "mlm_logits": keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction="mean_with_sample_weight"),  # mean over real masks
@@ -297,7 +297,7 @@ def mask_tokens(token_ids, vocabulary_size, num_special, mask_id, rng, mask_rate
 def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special, mask_id,
                              max_masks=None, mask_rate=0.15, shuffle=False, seed=0,
                              dynamic_masking=True):
-    """A batched `tf.data.Dataset` of `(x, y, sample_weight)` for `mini_bert_pretraining`.
+    """A batched `tf.data.Dataset` of `(x, y, sample_weight)` for `bert_pretrainer`.
 
     `x = {"token_ids", "segment_ids", "padding_mask" (bool), "mask_positions"}`,
     `y = {"mlm_logits": mask_ids, "nsp_logits": nsp_labels}`,
@@ -330,7 +330,7 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
     """
     import tensorflow as tf
 
-    from kformer.data.preprocessors import data_options, without_autograph
+    from kformer.data.pipeline import data_options, without_autograph
 
     token_ids = np.asarray(arrays["token_ids"], "int32")
     length = token_ids.shape[1]
@@ -365,7 +365,7 @@ def make_pretraining_dataset(arrays, batch_size, *, vocabulary_size, num_special
 
 
 def pretraining_inputs(masked, segment_ids, mask_positions, mask_ids, mask_weights, nsp_labels, nsp_weights):
-    """One masked batch -> `(x, y, sample_weight)` for `mini_bert_pretraining` (numpy arrays or tf tensors).
+    """One masked batch -> `(x, y, sample_weight)` for `bert_pretrainer` (numpy arrays or tf tensors).
 
     Args:
         masked: int `(batch, seq)`. Token ids after masking, 0 = padding.

@@ -18,8 +18,12 @@ import tempfile
 import keras
 
 from kformer.export import warmup
+from kformer.export.preprocessing import default_preprocessor
 from kformer.export.signatures import SIGNATURES
 from kformer.export.versioning import write_new_version
+from kformer.export.worker import write_in_tensorflow
+from kformer.models.decoding_options import check_export_options
+from kformer.models.postprocess import check_top_k
 
 
 def export_for_serving(task, export_dir, *, version=None, **options):
@@ -123,26 +127,11 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
 
 
 def _write_in_tensorflow_process(task, options, directory):
-    from kformer.export.worker import write_in_tensorflow
-
     with tempfile.TemporaryDirectory(prefix="kformer-export-") as stage:
         stage = pathlib.Path(stage)
         task.save(stage / "model.keras")
         (stage / "options.json").write_text(json.dumps(options))
         write_in_tensorflow(stage, directory)
-
-
-def default_preprocessor(task):
-    """The task's preprocessor; image tasks without one get a resizing preprocessor."""
-    if task.preprocessor is not None:
-        return task.preprocessor
-    if task.task_type == "image_classification":
-        from kformer.data.preprocessors import ImageClassifierPreprocessor
-
-        return ImageClassifierPreprocessor(task.image_size, task.channels)
-    raise ValueError(f"Exporting a {type(task).__name__} needs its preprocessor (the tokenizers the "
-                     "served graph runs): build it with `preprocessor=...` or load it with "
-                     "`kformer.models.load`. Received: preprocessor=None")
 
 
 def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature,
@@ -173,45 +162,11 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
     elif max_image_pixels is not None:
         raise ValueError(f"`max_image_pixels` is for image classification. Received: "
                          f"max_image_pixels={max_image_pixels!r} for a {task_type} task")
-    if task_type == "translation":
-        options.update(max_length=max_length or preprocessor.sequence_length, num_beams=num_beams)
-        for name in ("max_length", "num_beams"):
-            if not isinstance(options[name], int) or options[name] < 1:
-                raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={options[name]!r}")
-        if max_length_ratio is not None:
-            from kformer.models.generate import check_length_limit
-
-            options["max_length_ratio"], options["max_length_offset"] = check_length_limit(max_length_ratio,
-                                                                                           max_length_offset)
-    elif max_length_ratio is not None:
-        raise ValueError(f"`max_length_ratio` is for translation. Received: max_length_ratio={max_length_ratio!r} "
-                         f"for a {task_type} task")
-    if task_type == "text_generation":
-        options.update(max_length=max_length or preprocessor.sequence_length, top_p=top_p,
-                       temperature=temperature)
-        limit = task.sequence_length if task.position == "learned" else None
-        if not isinstance(max_length or 2, int) or options["max_length"] < 2 or (
-                limit and options["max_length"] > limit):
-            raise ValueError(f"`max_length` must be an int in [2, {limit or 'inf'}] (prompt included). "
-                             f"Received: max_length={options['max_length']!r}")
-        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise ValueError(f"`top_p` must be a float in (0, 1]. Received: top_p={top_p!r}")
-        if not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf"):
-            raise ValueError(f"`temperature` must be a finite float > 0. Received: temperature={temperature!r}")
-    if task_type in ("translation", "text_generation"):
-        if not isinstance(no_repeat_ngram_size, int) or isinstance(no_repeat_ngram_size, bool) \
-                or no_repeat_ngram_size < 0:
-            raise ValueError("`no_repeat_ngram_size` must be an int >= 0 (0 = off). Received: "
-                             f"no_repeat_ngram_size={no_repeat_ngram_size!r}")
-        options["no_repeat_ngram_size"] = no_repeat_ngram_size
-    if not isinstance(xla, bool) or (xla and task_type != "translation"):
-        raise ValueError(f"`xla` must be a bool, and True only for translation (the `translate_xla` signature). "
-                         f"Received: xla={xla!r} for a {task_type} task")
-    if xla:
-        options["xla"] = True
+    limit = task.decoding_limits()["position_limit"] if task_type == "text_generation" else None
+    options.update(check_export_options(
+        task_type, sequence_length=preprocessor.sequence_length, position_limit=limit, max_length=max_length,
+        num_beams=num_beams, top_p=top_p, temperature=temperature, no_repeat_ngram_size=no_repeat_ngram_size,
+        xla=xla, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
     if task_type == "fill_mask":
-        if not isinstance(top_k, int) or not 1 <= top_k <= preprocessor.tokenizer.vocabulary_size:
-            raise ValueError(f"`top_k` must be an int in [1, {preprocessor.tokenizer.vocabulary_size}]. "
-                             f"Received: top_k={top_k!r}")
-        options["top_k"] = top_k
+        options["top_k"] = check_top_k(top_k, preprocessor.tokenizer.vocabulary_size)  # as `fill_mask`
     return preprocessor, options

@@ -16,6 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from kformer.data.wordpiece import MASK
+from kformer.models.batching import batch_bucket, repeat_last_row, strip_prompt, trim_width
+from kformer.models.postprocess import classify, top_masked_tokens
 
 Signature = collections.namedtuple("Signature", "name inputs outputs endpoint warmup option", defaults=(None,))
 Signature.__doc__ = """One serving signature of a task type.
@@ -41,8 +43,7 @@ LABEL_OUTPUTS = ("label", "label_id", "probabilities")
 
 
 def _labelled(logits, class_names):
-    probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
-    label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+    label_id, probabilities = classify(logits)  # as `ClassifierTask.predict_labels`
     return {"label": tf.gather(tf.constant(class_names), label_id), "label_id": label_id,
             "probabilities": probabilities}
 
@@ -72,34 +73,12 @@ def translate(strategy, jit_compile=False):
             source = preprocessor.inputs(text)["encoder_token_ids"]
             if jit_compile:  # XLA compiles each new batch size: run a few sizes, as `generate` does
                 rows = tf.shape(source)[0]
-                ids = decode(_repeat_last_row(source, _batch_bucket(rows)))[:rows]
+                ids = decode(repeat_last_row(source, batch_bucket(rows)))[:rows]
             else:  # drop all-padding columns (XLA would compile each new width)
-                ids = decode(source[:, :_used_width(source)])
+                ids = decode(trim_width(source))
             return {"translation": preprocessor.target_tokenizer.detokenize(ids)}
         return translate_text
     return make
-
-
-def _batch_bucket(rows):
-    """`kformer.models.generate.batch_bucket` in TensorFlow ops: an int32 scalar."""
-    from kformer.models.generate import BATCH_MULTIPLE as multiple, batch_bucket
-
-    powers = tf.constant([batch_bucket(n) for n in range(1, multiple + 1)], tf.int32)
-    small = tf.gather(powers, tf.clip_by_value(rows - 1, 0, multiple - 1))
-    return tf.where(rows <= multiple, small, (rows + multiple - 1) // multiple * multiple)
-
-
-def _repeat_last_row(ids, rows):
-    """`ids` `(n, width)` with its last row repeated up to `rows` rows (`n` when it has as many)."""
-    extra = tf.maximum(rows - tf.shape(ids)[0], 0)
-    return tf.concat([ids, tf.repeat(ids[-1:], extra, axis=0)], axis=0)
-
-
-def _used_width(ids):
-    """Columns up to the last one holding a token (at least 1): a batch of short sources, padded to
-    the preprocessor's `sequence_length`, then encodes and cross-attends only as wide as it needs."""
-    used = tf.cast(tf.where(tf.reduce_any(tf.not_equal(ids, 0), axis=0))[:, 0], tf.int32)
-    return tf.reduce_max(tf.concat([used, tf.zeros([1], tf.int32)], 0)) + 1
 
 
 def generate_text(strategy):
@@ -120,8 +99,7 @@ def generate_text(strategy):
                 noise = tf.random.stateless_uniform([tf.shape(ids)[0], max_length],
                                                     seed=tf.stack([tf.cast(seed, tf.int64), 0]))
             tokens = decode(ids, noise)
-            prompt_length = tf.reduce_sum(tf.cast(tf.not_equal(ids, 0), tf.int32), axis=1)
-            generated = tf.where(tf.range(tf.shape(tokens)[1])[None, :] >= prompt_length[:, None], tokens, 0)
+            generated = strip_prompt(tokens, ids)
             detokenize = preprocessor.tokenizer.detokenize
             return {"completion": detokenize(generated), "text": detokenize(tokens)}
         return complete
@@ -147,13 +125,11 @@ def fill_mask(task, preprocessor, options):
                                                        preprocessor.sequence_length)]):
             mask_positions = tf.identity(inputs["mask_positions"])
         inputs["mask_positions"] = mask_positions
-        valid = tf.equal(tf.gather(inputs["token_ids"], inputs["mask_positions"], batch_dims=1), mask_id)
         logits = task(inputs, training=False)["mlm_logits"]
-        scores, token_ids = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32)), top_k)
-        tokens = tf.where(valid[:, :, None], tokenizer.id_to_token(token_ids), "")
-        return {"tokens": tokens, "scores": tf.where(valid[:, :, None], scores, 0.0),
-                "token_ids": tf.where(valid[:, :, None], token_ids, -1),
-                "num_masks": tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)}
+        out = top_masked_tokens(logits, inputs["token_ids"], mask_positions, mask_id, top_k)  # as `fill_mask`
+        tokens = tf.where(out["valid"][:, :, None], tokenizer.id_to_token(tf.maximum(out["token_ids"], 0)), "")
+        return {"tokens": tokens, "scores": out["scores"], "token_ids": out["token_ids"],
+                "num_masks": out["num_masks"]}
     return fill
 
 

@@ -115,7 +115,7 @@ def export_stage(stage, directory):
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(f"The export process needs KERAS_BACKEND=tensorflow. Received: {keras.backend.backend()}")
     from kformer import models
-    from kformer.export.serving import default_preprocessor
+    from kformer.export.preprocessing import default_preprocessor
     from kformer.export.signatures import write_saved_model
 
     stage = pathlib.Path(stage)

@@ -47,14 +47,6 @@ def clone_initializer(initializer):
     return initializer.__class__.from_config(initializer.get_config())
 
 
-def has_plain_weights(layer):
-    """Whether `layer` and its sublayers hold float weights in their compute dtype (no mixed or
-    quantized policy): what the decoding fast paths, which skip `__call__`, require."""
-    if layer.compute_dtype != layer.variable_dtype:
-        return False
-    return all(sub.dtype_policy.quantization_mode is None for sub in layer._flatten_layers())
-
-
 def known_index(name, value):
     """`value` as an int if it is known now (int, NumPy or eager tensor), else None (traced).
 

@@ -114,7 +114,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                     f"With reverse=True, `inputs` must be (batch, seq, {self.hidden_dim}). "
                     f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
-            table = self.reverse_table()
+            table = ops.transpose(ops.cast(self._token_table(), self.compute_dtype))  # (hidden_dim, vocab)
             return over_rows(lambda rows: ops.matmul(rows, table), inputs)  # (batch, seq, vocab)
         if len(inputs.shape) != 2:
             raise ValueError(
@@ -139,24 +139,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         # `.call`: no second Layer.__call__ (0.1 ms in eager torch; the positions are never quantized)
         return x + self.position_embedding.call(x, start_index=start_index)
 
-    def lookup(self, token_ids, positions):
-        """`call(token_ids, positions=positions)` without sublayer `__call__`s (the decoding fast
-        path; not for quantized or mixed-precision tables). `positions`: `(n, hidden_dim)`, or None
-        with `position="none"`."""
-        x = self.token_embedding.call(token_ids)
-        if self.scale_by_sqrt_dim:
-            x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
-        return x if positions is None else x + ops.cast(positions, x.dtype)
-
-    def reverse_table(self):
-        """The token table transposed, `(hidden_dim, vocabulary_size)`: what `reverse=True` multiplies by
-        (decoding makes it once per call, outside its loop)."""
+    def _token_table(self):
+        """The token table `(vocabulary_size, hidden_dim)`, de-scaled where it is quantized (int8 / int4
+        rows carry per-row scales: the layer's own lookup applies them)."""
         embedding = self.token_embedding
         if embedding.quantization_mode is None:
-            table = embedding.embeddings
-        else:  # int8 / int4 rows carry per-row scales: the layer's own lookup de-scales them
-            table = embedding(ops.arange(self.vocabulary_size, dtype="int32"))
-        return ops.transpose(ops.cast(table, self.compute_dtype))
+            return embedding.embeddings
+        return embedding(ops.arange(self.vocabulary_size, dtype="int32"))
 
     def position_table(self, length):
         """Encodings of positions `[0, length)`: `(length, hidden_dim)`, or None with `position="none"`."""

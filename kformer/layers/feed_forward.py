@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from kformer.layers.checks import check_positive_ints, check_rates, clone_initializer
-from kformer.layers.linear import linear, over_rows
+from kformer.layers.linear import over_rows
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -83,23 +83,6 @@ class FeedForward(keras.layers.Layer):
         if self.dropout:  # skip a no-op layer call: it costs time in eager torch
             hidden = self.dropout_layer(hidden, training=training)
         return self.outer(hidden)
-
-    def flat_weights(self):
-        """`(inner kernel, inner bias, outer kernel, outer bias)` as tensors (biases None without
-        `use_bias`), for `infer(weights=...)`: made once per decoding call, outside its loop."""
-        weights = []
-        for dense in (self.inner, self.outer):
-            weights += [ops.convert_to_tensor(dense.kernel),
-                        None if dense.bias is None else ops.convert_to_tensor(dense.bias)]
-        return tuple(weights)
-
-    def infer(self, inputs, weights=None):
-        """`call(inputs, training=False)` without sublayer `__call__`s (the decoding fast path);
-        with `flat_weights()`, by `linear` (no `keras.ops` dispatch in eager torch)."""
-        if weights is None:
-            return self.outer.call(self.inner.call(inputs))
-        inner_kernel, inner_bias, outer_kernel, outer_bias = weights
-        return linear(self.activation(linear(inputs, inner_kernel, inner_bias)), outer_kernel, outer_bias)
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)

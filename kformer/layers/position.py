@@ -4,8 +4,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from kformer.kernels.slices import slice_rows
 from kformer.layers.checks import check_positive_ints, known_index
-from kformer.layers.slices import slice_rows
 
 
 def _positions(inputs, start_index, seq_axis=1):

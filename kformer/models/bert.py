@@ -12,15 +12,16 @@ from keras import ops
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.input_checks import check_batch_size
-from kformer.models.registry import builder, register
-from kformer.models.task import (Backbone, ClassifierTask, Task, check_class_names, check_length_fits,
+from kformer.models.postprocess import check_top_k, top_masked_tokens
+from kformer.models.registry import builder, deprecated_alias, register
+from kformer.models.task import (ClassifierTask, KformerModel, Task, check_class_names, check_length_fits,
                                  check_tokenizer_fits)
 
 BERT_BASE = dict(vocabulary_size=30522, sequence_length=512, num_segments=2)
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class BertBackbone(Backbone):
+class BertBackbone(KformerModel):
     """`token_ids`, `segment_ids`, `padding_mask` `(batch, seq)` ->
     `{"sequence_output": (batch, seq, hidden_dim), "pooled_output": (batch, hidden_dim)}`.
 
@@ -84,6 +85,9 @@ class BertBackbone(Backbone):
         self.intermediate_dim, self.dropout = intermediate_dim, dropout
         self.attention_dropout, self.layer_norm_epsilon = attention_dropout, layer_norm_epsilon
 
+    def transformer_blocks(self):
+        return self, list(self.encoder_blocks), []
+
     def input_limits(self):
         return bert_input_limits(self)
 
@@ -137,6 +141,9 @@ class BertPretrainer(Task):
         self.mlm_transform, self.mlm_norm, self.mlm_bias, self.nsp_head = mlm_transform, mlm_norm, mlm_bias, nsp_head
         self._set_preprocessor(preprocessor)
 
+    def transformer_blocks(self):
+        return self.backbone.transformer_blocks()
+
     def input_limits(self):
         return bert_input_limits(self.backbone)
 
@@ -160,8 +167,7 @@ class BertPretrainer(Task):
         """
         preprocessor = self._require_preprocessor("fill_mask")
         tokenizer = preprocessor.tokenizer
-        if not isinstance(top_k, int) or not 1 <= top_k <= tokenizer.vocabulary_size:
-            raise ValueError(f"`top_k` must be an int in [1, {tokenizer.vocabulary_size}]. Received: top_k={top_k!r}")
+        check_top_k(top_k, tokenizer.vocabulary_size)
         check_batch_size(batch_size)
         batch_size = batch_size or 64
         single = isinstance(texts, str)
@@ -169,19 +175,19 @@ class BertPretrainer(Task):
             raise ValueError(f"`texts` must be a str or a list of str. Received: texts={str(texts)[:80]!r} "
                              f"({type(texts).__name__})")
         texts = [texts] if single else list(texts)
-        answers = []
+        answers, mask_id = [], tokenizer.token_to_id("[MASK]")
         for start in range(0, len(texts), batch_size):
             inputs = preprocessor.encode(texts[start:start + batch_size])
             _check_masks_fit(preprocessor, texts[start:start + batch_size], inputs["token_ids"], start)
             if "mask_positions" not in inputs:
                 inputs["mask_positions"] = np.asarray(preprocessor.find_masks(inputs["token_ids"]))
-            probs = ops.convert_to_numpy(ops.softmax(self.predict_on_batch(inputs)["mlm_logits"]))
-            is_mask = np.take_along_axis(inputs["token_ids"], inputs["mask_positions"], 1) == \
-                tokenizer.token_to_id("[MASK]")
-            for row in range(len(probs)):
-                answers.append([[{"token": tokenizer.vocabulary[i], "score": float(probs[row, m, i])}
-                                 for i in np.argsort(-probs[row, m])[:top_k]]
-                                for m in np.flatnonzero(is_mask[row])])
+            logits = self.predict_on_batch(inputs)["mlm_logits"]
+            out = {k: ops.convert_to_numpy(v) for k, v in top_masked_tokens(
+                logits, inputs["token_ids"], inputs["mask_positions"], mask_id, top_k).items()}  # as the export
+            for row in range(len(out["valid"])):
+                answers.append([[{"token": tokenizer.vocabulary[i], "score": float(score)}
+                                 for i, score in zip(out["token_ids"][row, m], out["scores"][row, m])]
+                                for m in np.flatnonzero(out["valid"][row])])
         return answers[0] if single else answers
 
 
@@ -222,6 +228,9 @@ class BertTextClassifier(ClassifierTask):
         self.backbone, self.head = backbone, head
         self.num_classes, self.dropout, self.class_names = num_classes, dropout, class_names
         self._set_preprocessor(preprocessor)
+
+    def transformer_blocks(self):
+        return self.backbone.transformer_blocks()
 
     def input_limits(self):
         return bert_input_limits(self.backbone)
@@ -279,8 +288,8 @@ class OutputBias(keras.layers.Layer):
 @register("bert_mini", num_layers=4, hidden_dim=256, num_heads=4, intermediate_dim=1024)
 @register("bert_tiny", num_layers=2, hidden_dim=128, num_heads=2, intermediate_dim=512)
 @builder(aliases={"max_sequence_length": "sequence_length"})
-def mini_bert(**kwargs):
-    """Build a `BertBackbone`: `mini_bert(preset="bert_tiny", vocabulary_size=8000, sequence_length=128)`.
+def bert(**kwargs):
+    """Build a `BertBackbone`: `bert(preset="bert_tiny", vocabulary_size=8000, sequence_length=128)`.
 
     Args:
         preset: str. `"bert_tiny"`, `"bert_mini"`, `"bert_small"` or `"bert_base"`.
@@ -289,13 +298,13 @@ def mini_bert(**kwargs):
 
     Example:
 
-    >>> mini_bert(preset="bert_tiny", vocabulary_size=100, sequence_length=16).hidden_dim
+    >>> bert(preset="bert_tiny", vocabulary_size=100, sequence_length=16).hidden_dim
     128
     """
     return BertBackbone(**kwargs)
 
 
-def mini_bert_pretraining(backbone, preprocessor=None, **kwargs):
+def bert_pretrainer(backbone, preprocessor=None, **kwargs):
     """`BertPretrainer(backbone, preprocessor=preprocessor)`: masked-LM + next-sentence heads.
 
     Args:
@@ -305,13 +314,13 @@ def mini_bert_pretraining(backbone, preprocessor=None, **kwargs):
 
     Example:
 
-    >>> mini_bert_pretraining(mini_bert(preset="bert_tiny", vocabulary_size=100)).output["mlm_logits"].shape
+    >>> bert_pretrainer(bert(preset="bert_tiny", vocabulary_size=100)).output["mlm_logits"].shape
     (None, None, 100)
     """
     return BertPretrainer(backbone, preprocessor=preprocessor, **kwargs)
 
 
-def mini_bert_classifier(backbone, num_classes, dropout=0.1, **kwargs):
+def bert_text_classifier(backbone, num_classes, dropout=0.1, **kwargs):
     """`BertTextClassifier(backbone, num_classes, dropout)`: a fine-tuning head on `pooled_output`.
 
     Args:
@@ -322,7 +331,12 @@ def mini_bert_classifier(backbone, num_classes, dropout=0.1, **kwargs):
 
     Example:
 
-    >>> mini_bert_classifier(mini_bert(preset="bert_tiny", vocabulary_size=100), 2).output.shape
+    >>> bert_text_classifier(bert(preset="bert_tiny", vocabulary_size=100), 2).output.shape
     (None, 2)
     """
     return BertTextClassifier(backbone, num_classes=num_classes, dropout=dropout, **kwargs)
+
+
+mini_bert = deprecated_alias("mini_bert", bert)  # the 0.1 names, until 0.3
+mini_bert_pretraining = deprecated_alias("mini_bert_pretraining", bert_pretrainer)
+mini_bert_classifier = deprecated_alias("mini_bert_classifier", bert_text_classifier)

@@ -4,7 +4,7 @@ import keras
 
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
-from kformer.models.registry import builder, register
+from kformer.models.registry import builder, deprecated_alias, register
 from kformer.models.task import (ClassifierTask, check_class_names, check_length_fits, check_tokenizer_fits)
 
 POOLINGS = ("mean", "cls")
@@ -107,6 +107,9 @@ class TextClassifier(ClassifierTask):
         self.normalize_first, self.class_names = normalize_first, class_names
         self._set_preprocessor(preprocessor)
 
+    def transformer_blocks(self):
+        return self, list(self.encoder_blocks), []
+
     def input_limits(self):
         return {"token_ids": (self.vocabulary_size, self.sequence_length)}
 
@@ -122,8 +125,8 @@ class TextClassifier(ClassifierTask):
 @register("imdb_small", hidden_dim=64, num_heads=2, intermediate_dim=128, num_layers=2)
 @register("imdb_tiny", hidden_dim=32, num_heads=2, intermediate_dim=64, num_layers=1)
 @builder(sizes=lambda preprocessor: {"vocabulary_size": preprocessor.tokenizer.vocabulary_size})
-def imdb_classifier(**kwargs):
-    """Build a `TextClassifier`: `imdb_classifier(preset="imdb_small", vocabulary_size=8000)`.
+def text_classifier(**kwargs):
+    """Build a `TextClassifier`: `text_classifier(preset="imdb_small", vocabulary_size=8000)`.
 
     Args:
         preset: str. `"imdb_tiny"`, `"imdb_small"` or `"imdb_bigram"` (`imdb_small` plus a
@@ -134,7 +137,10 @@ def imdb_classifier(**kwargs):
 
     Example:
 
-    >>> imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16).output.shape
+    >>> text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16).output.shape
     (None, 2)
     """
     return TextClassifier(**kwargs)
+
+
+imdb_classifier = deprecated_alias("imdb_classifier", text_classifier)  # the 0.1 name, until 0.3

@@ -5,11 +5,11 @@ import keras
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.registry import builder, register
-from kformer.models.task import Backbone
+from kformer.models.task import KformerModel
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class ConformerEncoder(Backbone):
+class ConformerEncoder(KformerModel):
     """`features` `(batch, frames, num_features)` + `padding_mask` `(batch, frames)` ->
     `(batch, (frames - 3) // 4, hidden_dim)`.
 

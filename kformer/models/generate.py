@@ -1,29 +1,30 @@
 """Batched decoding for `Translator` and `CausalLM`: greedy, beam search, top-k and top-p sampling.
 
-The adapters of `kformer.models.decoders` prefill (the translator encodes the
-source and its cross-attention keys/values once; the language model runs the
-shared prompt prefix in one pass) and then feed one token a step through
-the self-attention caches. Ragged right-padded prompts: positions inside a
-row's prompt are forced to the prompt token, so each row continues exactly
-as it would alone. The loop is an `ops.while_loop` inside a Keras model's
-predict step: XLA-compiled on TensorFlow and JAX, eager on torch, once per
-setting.
+The search lives here; the model is the task's own decoding protocol
+(`kformer.models.generative.GenerativeTask`): `prefill` (the translator
+encodes the source and its cross-attention keys/values once; the language
+model runs the shared prompt prefix in one pass), then `call_with_cache`, one
+token a step through the self-attention caches. Where it applies, the step
+runs on the weights as plain matrices (`kformer.kernels.decoding`), the same
+numbers. Ragged right-padded prompts: positions inside a row's prompt are
+forced to the prompt token, so each row continues exactly as it would alone.
+The loop is an `ops.while_loop` inside a Keras model's predict step:
+XLA-compiled on TensorFlow and JAX, eager on torch, once per setting.
 """
 
 import contextlib
-import math
 
 import keras
 import numpy as np
 from keras import ops
 
+from kformer.kernels.decoding import PlainDecoder
+from kformer.kernels.slices import traced_for_xla, write_slice
 from kformer.layers.checks import known_index
-from kformer.layers.slices import traced_for_xla, write_slice
-from kformer.models.decoders import NEG_INF, adapter
+from kformer.models import batching
+from kformer.models.decoding_options import check_decoding_options
+from kformer.models.generative import NEG_INF, GenerativeTask
 
-STRATEGIES = ("greedy", "beam", "top_k", "top_p")
-MAX_LENGTH_CAP = 8192  # bound for models without learned positions (sinusoidal, rotary)
-BATCH_MULTIPLE = 16  # compiled loops run batches of 1, 2, 4, 8, 16, then multiples of 16 rows
 
 
 def filter_logits(logits, strategy, k, p, temperature):
@@ -92,12 +93,36 @@ def _branch(condition, then, otherwise):
     return ops.cond(condition, then, otherwise)
 
 
-def _next_logits(decoder, t, word, tokens, caches, logits, extra, c):
+def _next_logits(step, t, word, tokens, caches, logits, c):
     """Logits for position `t + 1` (skipped after the last position)."""
     more = t + 1 < ops.shape(tokens)[1]
     if not c["use_cache"]:
-        return _branch(more, lambda: decoder.recompute(tokens, t, extra), lambda: logits), caches
-    return _branch(more, lambda: decoder.step(word[:, None], t, caches, extra), lambda: (logits, caches))
+        return _branch(more, lambda: step.recompute(tokens, t), lambda: logits), caches
+    return _branch(more, lambda: step(word[:, None], t, caches), lambda: (logits, caches))
+
+
+class _Steps:
+    """One decoding call's steps: the task's `call_with_cache`, or the same numbers through
+    `kformer.kernels.decoding.PlainDecoder` where that applies."""
+
+    def __init__(self, task, context, length):
+        self.task, self.context = task, context
+        self.plain = PlainDecoder.create(task, context, length)
+
+    def __call__(self, tokens, index, cache):
+        """`tokens` `(batch, 1)` at `index` -> `(next-token logits (batch, vocab), updated cache)`."""
+        if self.plain is not None:
+            return self.plain.step(tokens, index, cache)
+        logits, cache = self.task.call_with_cache(tokens, cache, index, self.context)
+        return logits[:, -1], cache
+
+    def recompute(self, tokens, index):
+        return self.task.call_without_cache(tokens, index, self.context)
+
+    def repeat(self, beams):
+        self.context = self.task.repeat_context(self.context, beams)
+        if self.plain is not None:
+            self.plain = self.plain.repeat(beams)
 
 
 def _row_limits(inputs, c):
@@ -109,9 +134,16 @@ def _row_limits(inputs, c):
     return ops.maximum(limits, 1)  # the first token is always generated
 
 
-def _decode_loop(decoder, inputs, noise, c):
-    """Greedy or sampling -> token buffer `(batch, length)` (see `decoder.output`)."""
-    tokens, prompt, start, caches, extra, logits = decoder.prefill(inputs, c)
+def _prefill(task, inputs, c):
+    """`task.prefill` with this call's settings, and the steps that follow it."""
+    tokens, prompt, start, caches, context, logits = task.prefill(inputs, c["max_length"], c["start_token_id"],
+                                                                  c["use_cache"])
+    return tokens, prompt, start, caches, _Steps(task, context, ops.shape(tokens)[1]), logits
+
+
+def _decode_loop(task, inputs, noise, c):
+    """Greedy or sampling -> the tokens `task.generated_tokens` keeps of the buffer `(batch, length)`."""
+    tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     limits = _row_limits(inputs, c)
     length = ops.shape(tokens)[1]
 
@@ -134,24 +166,25 @@ def _decode_loop(decoder, inputs, noise, c):
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
         if limits is not None:  # buffer slot t holds generated token t (slot 0 is [START])
             done = ops.logical_or(done, t >= limits)
-        logits, caches = _next_logits(decoder, t, word, tokens, caches, logits, extra, c)
+        logits, caches = _next_logits(step, t, word, tokens, caches, logits, c)
         return t + 1, tokens, caches, logits, done
 
     done = ops.zeros((ops.shape(tokens)[0],), "bool")
     _, tokens, _, _, _ = ops.while_loop(cond, body, (start, tokens, caches, logits, done))
-    return decoder.output(tokens)
+    return task.generated_tokens(tokens)
 
 
-def _beam_loop(decoder, inputs, c):
+def _beam_loop(task, inputs, c):
     """Beam search, GNMT length penalty ((5 + len) / 6)^alpha over generated tokens."""
-    beams, vocab = c["num_beams"], decoder.vocabulary_size
-    tokens, prompt, start, caches, extra, logits = decoder.prefill(inputs, c)
+    beams, vocab = c["num_beams"], task.decoding_limits()["vocabulary_size"]
+    tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     flat = batch * beams
     limits = _row_limits(inputs, c)
     limits = None if limits is None else ops.repeat(limits, beams, axis=0)  # a row's beams share its limit
     tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
-    caches, extra = tuple(ops.repeat(cache, beams, axis=0) for cache in caches), decoder.repeat(extra, beams)
+    caches = tuple(ops.repeat(cache, beams, axis=0) for cache in caches)
+    step.repeat(beams)
     # Only beam 0 is alive at first, so the first free step does not pick duplicates.
     scores = ops.concatenate([ops.zeros((batch, 1)), ops.full((batch, beams - 1), NEG_INF)], axis=1)
     pad_only = ops.where(ops.arange(vocab)[None, :] == 0, 0.0, NEG_INF)  # finished beams
@@ -178,7 +211,7 @@ def _beam_loop(decoder, inputs, c):
         done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
         if limits is not None:
             done = ops.logical_or(done, t >= limits)
-        logits, caches = _next_logits(decoder, t, word, tokens, caches, logits, extra, c)
+        logits, caches = _next_logits(step, t, word, tokens, caches, logits, c)
         return t + 1, tokens, caches, logits, scores, done, lengths
 
     state = (start, tokens, caches, logits, scores, ops.zeros((flat,), "bool"), ops.zeros((flat,), "int32"))
@@ -186,7 +219,7 @@ def _beam_loop(decoder, inputs, c):
     penalty = ops.power((5.0 + ops.cast(ops.reshape(lengths, (batch, beams)), "float32")) / 6.0,
                         c["length_penalty"])
     best = ops.argmax(scores / penalty, axis=-1)  # (batch,)
-    return decoder.output(ops.take(tokens, ops.arange(batch) * beams + ops.cast(best, "int32"), axis=0))
+    return task.generated_tokens(ops.take(tokens, ops.arange(batch) * beams + ops.cast(best, "int32"), axis=0))
 
 
 class _Generator(keras.Model):
@@ -196,19 +229,18 @@ class _Generator(keras.Model):
         super().__init__(name="generator")
         self.task = task
         self.config = config
-        self.decoder = adapter(task)
 
     def call(self, inputs):
-        return _run(self.decoder, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile)
+        return _run(self.task, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile)
 
 
-def _run(decoder, token_ids, noise, c, xla):
+def _run(task, token_ids, noise, c, xla):
     """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`)."""
     token_ids = ops.cast(token_ids, "int32")
     with traced_for_xla() if xla else contextlib.nullcontext():
         if c["strategy"] == "beam":
-            return _beam_loop(decoder, token_ids, c)
-        return _decode_loop(decoder, token_ids, noise, c)
+            return _beam_loop(task, token_ids, c)
+        return _decode_loop(task, token_ids, noise, c)
 
 
 _COMPILED = {}
@@ -226,7 +258,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     first `end_token_id` (if any), then 0. Decoding stops early once every
     row has ended. The loop is compiled once per setting (XLA on TensorFlow
     and JAX) and reused; there XLA also compiles once per shape, so a batch
-    runs at `batch_bucket(batch)` rows (its last row repeated) and sources
+    runs at `batching.batch_bucket(batch)` rows (its last row repeated) and sources
     at a multiple of 16 tokens: 3 sentences, then 4, compile once.
 
     Args:
@@ -260,7 +292,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             loop stops near its source's length. `None` (default): `max_length`.
         max_length_offset: int >= 0. See `max_length_ratio`. Defaults to `10`.
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the
-            batch at `batch_bucket(batch)` rows, a few compiles for any batch
+            batch at `batching.batch_bucket(batch)` rows, a few compiles for any batch
             sizes. `False`: at its own size, one compile per size, and no
             copied rows' work (9 rows run as 16 cost up to 1.5x a call here):
             for a caller who decodes one odd batch size many times. Torch
@@ -277,20 +309,22 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     >>> generate(model, np.array([[5, 6, 7]]), max_length=4, start_token_id=1, end_token_id=2).shape
     (1, 4)
     """
-    decoder = adapter(model)
+    _check_model(model)
     if not isinstance(pad_batch, (bool, np.bool_)):
         raise ValueError(f"`pad_batch` must be True or False. Received: pad_batch={pad_batch!r}")
     ids = np.asarray(ops.convert_to_numpy(token_ids))
-    config = _check(decoder, ids, dict(
-        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
-        num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
-        use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
-        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
+    config = check_decoding_options(
+        model.decoding_family, ids, **model.decoding_limits(), max_length=max_length, start_token_id=start_token_id,
+        end_token_id=end_token_id, strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=k, p=p,
+        temperature=temperature, use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
+        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset)
     seed = config.pop("seed")
-    if decoder.family == "translator":  # drop all-padding columns: a batch of short sources encodes short
-        ids = _pad_width(ids[:, :max(1, np.flatnonzero(ids.any(axis=0)).max(initial=0) + 1)], None)
+    translator = model.decoding_family == "translator"
+    if translator:  # drop all-padding columns: a batch of short sources encodes short
+        ids = batching.pad_width(batching.trim_width(ids))
     else:
-        ids = _pad_width(ids, config["max_length"])
+        ids = batching.pad_width(ids, config["max_length"])
+    ids = np.asarray(ops.convert_to_numpy(ids))
     key = (id(model), tuple(sorted(config.items())))
     xla = keras.backend.backend() != "torch"
     if key not in _COMPILED:
@@ -298,11 +332,12 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         generator.compile(jit_compile=xla)
         _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
         _COMPILED[key] = (model, generator)
-    width = config["max_length"] + (decoder.family == "translator")
+    width = config["max_length"] + translator
     rows = len(ids)
     noise = np.random.default_rng(seed).random((rows, width)).astype("float32")
     if xla and pad_batch:  # XLA compiles once per batch size: a few sizes, not every one
-        ids, noise = (repeat_last_row(a, batch_bucket(rows)) for a in (ids, noise))
+        bucket = int(batching.batch_bucket(rows))
+        ids, noise = (np.asarray(ops.convert_to_numpy(batching.repeat_last_row(a, bucket))) for a in (ids, noise))
     out = _COMPILED[key][1].predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
     return np.asarray(ops.convert_to_numpy(out), "int32")[:rows]
 
@@ -334,162 +369,19 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
     >>> tuple(decode(np.array([[5, 6]])).shape)
     (1, 8)
     """
-    decoder = adapter(model)
-    config = _check(decoder, np.ones((1, 1), "int32"), dict(
-        max_length=max_length, start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy,
-        num_beams=num_beams, length_penalty=length_penalty, k=k, p=p, temperature=temperature,
-        use_cache=True, seed=None, no_repeat_ngram_size=no_repeat_ngram_size,
-        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
+    _check_model(model)
+    config = check_decoding_options(
+        model.decoding_family, np.ones((1, 1), "int32"), **model.decoding_limits(), max_length=max_length,
+        start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy, num_beams=num_beams,
+        length_penalty=length_penalty, k=k, p=p, temperature=temperature, use_cache=True, seed=None,
+        no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
+        max_length_offset=max_length_offset)
     config.pop("seed")
-    return lambda token_ids, noise=None: _run(decoder, token_ids, noise, config, xla=bool(xla))
+    return lambda token_ids, noise=None: _run(model, token_ids, noise, config, xla=bool(xla))
 
 
-def batch_bucket(rows, multiple=BATCH_MULTIPLE):
-    """The batch size a compiled loop runs `rows` rows at: the next power of two up to `multiple`,
-    then the next multiple of it (20 sizes, so at most 20 compiles, up to 256 rows).
-
-    Args:
-        rows: int >= 0. The rows asked for.
-        multiple: int. A power of two. Defaults to `16`.
-
-    Returns:
-        int >= `rows`.
-
-    Example:
-
-    >>> [batch_bucket(n) for n in (1, 3, 5, 16, 17, 40)]
-    [1, 4, 8, 16, 32, 48]
-    """
-    if rows <= multiple:
-        return 1 << max(rows - 1, 0).bit_length()
-    return -(-rows // multiple) * multiple
-
-
-def repeat_last_row(array, rows):
-    """`array` `(n, ...)` with its last row repeated up to `rows` rows.
-
-    A copied row decodes and ends as its original does, so padding a batch
-    this way never makes the decoding loop run longer (a row of zeros could).
-
-    Args:
-        array: numpy `(n, ...)`, `n >= 1`.
-        rows: int. Rows wanted; `array` is returned as is when it has as many.
-
-    Returns:
-        numpy `(max(n, rows), ...)`.
-
-    Example:
-
-    >>> repeat_last_row(np.array([[1, 2], [3, 4]]), 3).tolist()
-    [[1, 2], [3, 4], [3, 4]]
-    """
-    extra = rows - len(array)
-    return np.concatenate([array, np.repeat(array[-1:], extra, axis=0)]) if extra > 0 else array
-
-
-def _pad_width(ids, limit, multiple=16):
-    """Right-pad columns with 0 to a multiple of 16 (at most `limit`): fewer shapes, fewer compiles."""
-    width = -(-ids.shape[1] // multiple) * multiple
-    width = width if limit is None else min(width, limit)
-    return np.pad(ids, [(0, 0), (0, width - ids.shape[1])]) if width > ids.shape[1] else ids
-
-
-def _is_int(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-_USED_BY = {"greedy": (), "beam": ("num_beams", "length_penalty"), "top_k": ("k", "temperature"),
-            "top_p": ("p", "temperature")}
-
-
-def _check(decoder, ids, c):
-    """Validate every argument (naming it); returns the loop's config."""
-    translator = decoder.family == "translator"
-    if c["strategy"] not in STRATEGIES:
-        raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={c['strategy']!r}")
-    name = "encoder_token_ids" if translator else "token_ids"
-    if ids.ndim != 2 or 0 in ids.shape or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"`{name}` must be a non-empty int array (batch, length). Received: "
-                         f"shape={ids.shape}, dtype={ids.dtype}")
-    vocabulary = decoder.source_vocabulary_size if translator else decoder.vocabulary_size
-    if ids.min() < 0 or ids.max() >= vocabulary:
-        raise ValueError(f"`{name}` must be in [0, {vocabulary}) (0 = padding). Received: values from "
-                         f"{ids.min()} to {ids.max()}")
-    for key, low in (("max_length", 1), ("num_beams", 1), ("k", 1), ("no_repeat_ngram_size", 0)):
-        if not _is_int(c[key]) or c[key] < low:
-            raise ValueError(f"`{key}` must be an int >= {low}. Received: {key}={c[key]!r}")
-    for key in ("length_penalty", "p", "temperature"):
-        if isinstance(c[key], bool) or not isinstance(c[key], (int, float, np.floating)) \
-                or not math.isfinite(c[key]):
-            raise ValueError(f"`{key}` must be a finite number. Received: {key}={c[key]!r}")
-    if c["seed"] is not None and (not _is_int(c["seed"]) or not 0 <= c["seed"] < 2**63):
-        raise ValueError(f"`seed` must be None or an int in [0, 2**63). Received: seed={c['seed']!r}")
-    if not 0.0 < c["p"] <= 1.0:
-        raise ValueError(f"`p` must be in (0, 1]. Received: p={c['p']}")
-    if not c["temperature"] > 0:
-        raise ValueError(f"`temperature` must be > 0. Received: temperature={c['temperature']}")
-    limit = decoder.position_limit
-    if limit is not None and c["max_length"] > limit:
-        raise ValueError(f"`max_length` exceeds the model's learned positions (sequence_length={limit}). "
-                         f"Received: max_length={c['max_length']}")
-    if c["max_length"] > MAX_LENGTH_CAP:
-        raise ValueError(f"`max_length` must be <= {MAX_LENGTH_CAP}. Received: max_length={c['max_length']}")
-    for key in ("start_token_id", "end_token_id"):
-        required = translator
-        if c[key] is None and not required:
-            continue
-        if key == "start_token_id" and not translator:
-            raise ValueError("`start_token_id` is for translators; a CausalLM continues its prompt "
-                             f"(put any start token in the prompt). Received: start_token_id={c[key]!r}")
-        if not _is_int(c[key]) or not 0 < c[key] < decoder.vocabulary_size:
-            raise ValueError(f"`{key}` must be an int in [1, {decoder.vocabulary_size}). Received: {key}={c[key]!r}")
-    if not translator:
-        _check_prompts(ids, c["max_length"])
-        c["start_token_id"] = 0
-        c["end_token_id"] = -1 if c["end_token_id"] is None else c["end_token_id"]
-    if c["max_length_ratio"] is None:
-        c["max_length_offset"] = None  # unused: one compiled loop
-    elif not translator:
-        raise ValueError("`max_length_ratio` is for translators (a limit from the source length); a CausalLM "
-                         f"stops at `max_length`. Received: max_length_ratio={c['max_length_ratio']!r}")
-    else:
-        c["max_length_ratio"], c["max_length_offset"] = check_length_limit(c["max_length_ratio"],
-                                                                           c["max_length_offset"])
-    if c["strategy"] == "beam" and not c["use_cache"]:
-        raise ValueError("Beam search always uses the cache. Received: use_cache=False")
-    if c["strategy"] == "top_k":
-        c["k"] = min(int(c["k"]), decoder.vocabulary_size)
-    if c["strategy"] == "beam" and c["num_beams"] > decoder.vocabulary_size:
-        raise ValueError(f"`num_beams` must be <= the vocabulary size {decoder.vocabulary_size}. "
-                         f"Received: num_beams={c['num_beams']}")
-    c["use_cache"] = bool(c["use_cache"])
-    for key in ("num_beams", "length_penalty", "k", "p", "temperature"):
-        if key not in _USED_BY[c["strategy"]]:
-            c[key] = None  # one compiled loop per setting that matters (greedy ignores temperature)
-    return {key: (float(v) if isinstance(v, (float, np.floating)) else int(v) if _is_int(v) else v)
-            for key, v in c.items()}
-
-
-def check_length_limit(max_length_ratio, max_length_offset):
-    """Validate a translation length limit (naming the bad value) -> `(float ratio, int offset)`."""
-    ratio, offset = max_length_ratio, max_length_offset
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(ratio) or ratio <= 0:
-        raise ValueError(f"`max_length_ratio` must be a finite number > 0, or None. Received: "
-                         f"max_length_ratio={ratio!r}")
-    if not _is_int(offset) or offset < 0:
-        raise ValueError(f"`max_length_offset` must be an int >= 0. Received: max_length_offset={offset!r}")
-    return float(ratio), int(offset)
-
-
-def _check_prompts(ids, max_length):
-    lengths = (ids != 0).sum(axis=1)
-    if (lengths == 0).any():
-        raise ValueError(f"`token_ids`: every prompt needs at least one token. Received: empty prompt in row "
-                         f"{int(np.flatnonzero(lengths == 0)[0])}")
-    if ids.shape[1] > 1 and ((ids[:, 1:] != 0) & (ids[:, :-1] == 0)).any():
-        raise ValueError("`token_ids`: prompts must be right-padded (0 after the tokens, never before). Received: "
-                         f"a 0 before a token in row {int(np.flatnonzero(((ids[:, 1:] != 0) & (ids[:, :-1] == 0)).any(1))[0])}")
-    if ids.shape[1] > max_length:
-        raise ValueError(f"`max_length` ({max_length}) must be at least the prompt length. Received: "
-                         f"prompts of width {ids.shape[1]}, max_length={max_length}")
+def _check_model(model):
+    """A ValueError naming anything that is not a generative kformer task."""
+    if not isinstance(model, GenerativeTask):
+        raise ValueError("`model` must be a kformer `Translator` or `CausalLM` (built by `kformer.models` or "
+                         f"loaded with `kformer.models.load`). Received: {type(model).__name__}")

@@ -1,20 +1,22 @@
 """Decoder-only causal language model (GPT-2, Radford et al. 2019)."""
 
 import keras
+from keras import ops
 
 from kformer import blocks, layers
 from kformer.layers import activations
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.generate import generate as generate_ids
+from kformer.models.generative import GenerativeTask
 from kformer.models.registry import builder, register
-from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
+from kformer.models.task import check_length_fits, check_tokenizer_fits
 
 POSITIONS = ("learned", "rotary")
 GPT2 = dict(vocabulary_size=50257, sequence_length=1024, dropout=0.1)
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class CausalLM(Task):
+class CausalLM(GenerativeTask):
     """Token ids `(batch, seq)` -> next-token logits `(batch, seq, vocabulary_size)`.
 
     Token embedding, learned positions (GPT-2) or rotary positions in every
@@ -53,6 +55,7 @@ class CausalLM(Task):
     """
 
     task_type = "text_generation"
+    decoding_family = "causal"
 
     def __init__(self, vocabulary_size=50257, sequence_length=1024, hidden_dim=768, num_layers=12,
                  num_heads=12, intermediate_dim=3072, dropout=0.1, position="learned",
@@ -101,6 +104,9 @@ class CausalLM(Task):
             import kformer.data.bpe  # noqa: F401  (registers the GPT-2 preprocessor; data/ only when asked)
         return super().from_config(config)
 
+    def transformer_blocks(self):
+        return self, [], list(self.decoder_blocks)
+
     def input_limits(self):
         return {"token_ids": (self.vocabulary_size, self.sequence_length if self.position == "learned" else None)}
 
@@ -113,6 +119,44 @@ class CausalLM(Task):
             check_tokenizer_fits(preprocessor, "tokenizer", self.vocabulary_size)
             if self.position == "learned":
                 check_length_fits(preprocessor, self.sequence_length)
+
+    # The decoding protocol (`kformer.models.generative.GenerativeTask`), called by `generate`.
+    def decoder_parts(self):
+        return self.token_embedding, self.decoder_blocks, self.final_norm, self.output_projection
+
+    def prefill(self, token_ids, max_length, start_token_id, use_cache):
+        """Right-padded prompts: the shortest prompt runs in one pass; the longer prompts' remaining tokens
+        are then forced one step at a time, so every row continues exactly as it would alone."""
+        batch = ops.shape(token_ids)[0]
+        tokens = ops.pad(token_ids, [[0, 0], [0, max_length - ops.shape(token_ids)[1]]])
+        lengths = ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"), axis=1)
+        prompt = ops.arange(max_length)[None, :] < lengths[:, None]
+        start = ops.maximum(ops.min(lengths), 1)
+        cache = self.empty_cache(batch, max_length if use_cache else 1, self.token_embedding.compute_dtype)
+        if not use_cache:
+            return tokens, prompt, start, cache, {}, self.call_without_cache(tokens, start - 1, {})
+        # One pass over the given prompt width (a static shape); keys past `start` are hidden now and
+        # overwritten step by step later.
+        visible = ops.broadcast_to(ops.arange(max_length)[None, :] < start, (batch, max_length))
+        logits, cache = self.call_with_cache(token_ids, cache, 0, {}, cache_padding_mask=visible)
+        return tokens, prompt, start, cache, {}, ops.take(logits, start - 1, axis=1)
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
+        x = self.token_embedding(token_ids, start_index=cache_update_index)
+        x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask)
+        return self.logits(x), cache
+
+    def call_without_cache(self, tokens, index, context):
+        x = self.token_embedding(tokens)
+        for block in self.decoder_blocks:
+            x = block(x)
+        return self.logits(ops.take(x, index, axis=1)[:, None])[:, 0]
+
+    def repeat_context(self, context, beams):
+        return context
+
+    def generated_tokens(self, tokens):
+        return tokens
 
     def generate(self, prompts, max_length=None, **kwargs):
         """Continue prompts: ids in, ids out; or, with a preprocessor, strings in, strings out.

@@ -8,12 +8,18 @@ of it. Overrides replace the preset's values, also when spelled differently:
 renamed arguments (with a DeprecationWarning), and `sizes` reads vocabulary
 sizes from a `preprocessor=` argument unless the caller passes them. `get_preset(name)` is the
 resolved keyword arguments a recipe saves beside the model.
+
+Builders renamed in 0.2 (`RENAMED`) keep their old names for one release:
+calling one warns, and `presets_of` still takes the old name.
 """
 
 import functools
 import warnings
 
 _REGISTRY = {}
+# Builders renamed in 0.2 (named after a data set or a size before): old name -> new name, until 0.3.
+RENAMED = {"imdb_classifier": "text_classifier", "mini_bert": "bert", "mini_bert_pretraining": "bert_pretrainer",
+           "mini_bert_classifier": "bert_text_classifier"}
 
 
 def builder(fn=None, *, expand=None, aliases=None, sizes=None):
@@ -66,6 +72,35 @@ def builder(fn=None, *, expand=None, aliases=None, sizes=None):
         return build_with_preset
 
     return wrap(fn) if fn is not None else wrap
+
+
+def deprecated_alias(old_name, fn):
+    """`fn` under its old name: calling it warns (DeprecationWarning naming the new name), then calls `fn`.
+
+    Args:
+        old_name: str. The name `fn` had before it was renamed.
+        fn: the function under its new name.
+
+    Example:
+
+    >>> import warnings
+    >>> from kformer.models import text_classifier
+    >>> old = deprecated_alias("imdb_classifier", text_classifier)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     model = old(preset="imdb_tiny", vocabulary_size=100, sequence_length=8)
+    >>> type(model).__name__, str(caught[0].message)
+    ('TextClassifier', '`kformer.models.imdb_classifier` is renamed `kformer.models.text_classifier`.')
+    """
+    @functools.wraps(fn)
+    def renamed(*args, **kwargs):
+        warnings.warn(f"`kformer.models.{old_name}` is renamed `kformer.models.{fn.__name__}`.",
+                      DeprecationWarning, stacklevel=2)
+        return fn(*args, **kwargs)
+
+    renamed.__name__ = renamed.__qualname__ = old_name
+    renamed.__doc__ = f"Deprecated: the old name of `{fn.__name__}` (renamed in 0.2, removed in 0.3)."
+    return renamed
 
 
 def _rename(builder_name, kwargs, aliases):
@@ -135,7 +170,8 @@ def list_models():
 
 
 def presets_of(fn):
-    """Names of the presets registered for builder `fn` (a function or its name)."""
+    """Names of the presets registered for builder `fn` (a function or its name, old names too)."""
+    fn = RENAMED.get(fn, fn) if isinstance(fn, str) else fn
     return sorted(name for name, (f, _) in _REGISTRY.items() if fn in (f, f.__name__))
 
 

@@ -11,6 +11,7 @@ writes for the task.
 """
 
 import inspect
+import warnings
 
 import keras
 import numpy as np
@@ -18,14 +19,30 @@ from keras import ops
 
 from kformer.models.input_checks import (check_batch_size, check_labels, check_model_inputs, check_raw_type,
                                          rows)
+from kformer.models.postprocess import classify
 from kformer.models.safe_state import restored_on_error, save_atomically
 
+# Writers of published checkpoint layouts, registered by `kformer.models.pretrained` (which `kformer.models`
+# imports): the pretrained loaders build tasks, so this module cannot import them.
+PRETRAINED_WRITERS = {}
 _NOT_CONFIG = ("self", "args", "kwargs", "preprocessor", "backbone")
 MODEL_ARGUMENTS = {"inputs", "outputs", "name", "trainable", "dtype"}
 
 
-class Backbone(keras.Model):
-    """Base of a functional model whose config is its constructor arguments.
+def __getattr__(name):
+    if name == "Backbone":  # renamed in 0.2; the old name goes in 0.3
+        warnings.warn("`kformer.models.Backbone` is renamed `kformer.models.KformerModel`.", DeprecationWarning,
+                      stacklevel=2)
+        return KformerModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class KformerModel(keras.Model):
+    """Base of every kformer model: a functional model whose config is its constructor arguments.
+
+    Named for what it is, the base of kformer's models (a backbone, in keras-hub's
+    sense, is only the headless network such as `BertBackbone`); `Backbone` is its
+    deprecated old name.
 
     A subclass builds its graph, calls `super().__init__(inputs=..., outputs=...)`,
     then stores every constructor argument as an attribute of the same name:
@@ -40,7 +57,7 @@ class Backbone(keras.Model):
     Example:
 
     >>> import keras
-    >>> class Doubler(Backbone):
+    >>> class Doubler(KformerModel):
     ...     def __init__(self, width=4, **kwargs):
     ...         x = keras.Input((width,))
     ...         super().__init__(inputs=x, outputs=keras.layers.Dense(2 * width)(x), **kwargs)
@@ -101,14 +118,17 @@ class Backbone(keras.Model):
 
     def save(self, filepath, *args, **kwargs):
         """`keras.Model.save`, through a temporary file that is checked before it replaces `filepath`."""
-        return save_atomically(self, filepath, lambda path, **kw: super(Backbone, self).save(path, *args, **kw),
+        return save_atomically(self, filepath, lambda path, **kw: super(KformerModel, self).save(path, *args, **kw),
                                **kwargs)
 
     def save_pretrained(self, folder, overwrite=False):
         """Write the Hugging Face layout that `transformers` opens (`kformer.models.pretrained.save`)."""
-        from kformer.models import pretrained
+        return PRETRAINED_WRITERS["huggingface"](self, folder, overwrite=overwrite)
 
-        return pretrained.save(self, folder, overwrite=overwrite)
+    def transformer_blocks(self):
+        """`(owner, encoder blocks, decoder blocks)`: the Transformer blocks this model runs and the functional
+        model whose graph calls them (`kformer.viz` reads their attention). None when it has none."""
+        return None
 
     def input_limits(self):
         """dict input name -> (id_limit, length_limit) checked by `predict`, `evaluate` and `fit`.
@@ -166,10 +186,10 @@ class Backbone(keras.Model):
         return cls(**config)
 
 
-class Task(Backbone):
+class Task(KformerModel):
     """Base of the kformer task models (`Translator`, `TextClassifier`, ...).
 
-    Adds to `Backbone`: a `preprocessor` (serialized with the task) through
+    Adds to `KformerModel`: a `preprocessor` (serialized with the task) through
     which `fit`, `evaluate`, `predict` and `predict_on_batch` also accept raw
     inputs, and the `task_type` that names the task's serving signatures.
 
@@ -179,7 +199,7 @@ class Task(Backbone):
     Example:
 
     >>> from kformer import models
-    >>> task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8)
+    >>> task = models.text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8)
     >>> isinstance(task, Task), task.task_type, task.preprocessor is None
     (True, 'text_classification', True)
 
@@ -319,7 +339,7 @@ class ClassifierTask(Task):
 
     >>> import numpy as np
     >>> from kformer import models
-    >>> task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8,
+    >>> task = models.text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8,
     ...                               class_names=["negative", "positive"])
     >>> ids = np.ones((1, 8), "int32")
     >>> round(float(task.predict(ids, verbose=0).sum()), 4), task.predict_labels(ids)[0] in task.class_names
@@ -327,11 +347,11 @@ class ClassifierTask(Task):
     """
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-        return _softmax(super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
-                                        callbacks=callbacks))
+        return _probabilities(super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
+                                              callbacks=callbacks))
 
     def predict_on_batch(self, x):
-        return _softmax(super().predict_on_batch(x))
+        return _probabilities(super().predict_on_batch(x))
 
     def label_limits(self):
         return {self.output_names[0]: self.num_classes}
@@ -344,7 +364,8 @@ class ClassifierTask(Task):
 
     def predict_labels(self, x, batch_size=None):
         """Raw or model inputs -> the most probable class per example (its name, or its id)."""
-        ids = ops.convert_to_numpy(ops.argmax(self.predict(x, batch_size=batch_size, verbose=0), axis=-1))
+        logits = Task.predict(self, x, batch_size=batch_size, verbose=0)
+        ids = ops.convert_to_numpy(classify(logits)[0])  # as the exported `label_id`
         names = self.class_names
         return [names[i] if names else int(i) for i in ids]
 
@@ -370,10 +391,9 @@ def check_length_fits(preprocessor, limit, exact=False):
                          f"the model's sequence_length={limit}. Received: sequence_length={length}")
 
 
-def _softmax(logits):
-    logits = np.asarray(ops.convert_to_numpy(logits), "float32")
-    exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return exp / exp.sum(axis=-1, keepdims=True)
+def _probabilities(logits):
+    """Class probabilities as numpy float32, computed as the exported `probabilities` are."""
+    return np.asarray(ops.convert_to_numpy(classify(logits)[1]), "float32")
 
 
 def check_preprocessor(preprocessor):

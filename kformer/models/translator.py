@@ -2,20 +2,22 @@
 
 import keras
 import numpy as np
+from keras import ops
 
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.generate import generate as generate_ids
+from kformer.models.generative import GenerativeTask
 from kformer.models.input_checks import check_batch_size
 from kformer.models.registry import builder, register
-from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
+from kformer.models.task import check_length_fits, check_tokenizer_fits
 
 PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
 POSITIONS = ("sinusoidal", "learned")
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class Translator(Task):
+class Translator(GenerativeTask):
     """Source ids `(batch, src_len)` + target ids `(batch, tgt_len)` -> logits `(batch, tgt_len, vocab)`.
 
     Id 0 is padding on both sides (masks are derived from it). A shared
@@ -56,6 +58,7 @@ class Translator(Task):
     """
 
     task_type = "translation"
+    decoding_family = "translator"
 
     def __init__(self, vocabulary_size=None, encoder_vocabulary_size=None, decoder_vocabulary_size=None,
                  sequence_length=256, hidden_dim=512, num_heads=8, intermediate_dim=2048,
@@ -119,6 +122,9 @@ class Translator(Task):
         self.tie_output_embedding, self.normalize_first = tie_output_embedding, normalize_first
         self._set_preprocessor(preprocessor)
 
+    def transformer_blocks(self):
+        return self, list(self.encoder_blocks), list(self.decoder_blocks)
+
     def input_limits(self):
         length = self.sequence_length if self.position == "learned" else None
         return {"encoder_token_ids": (self.encoder_embedding.vocabulary_size, length),
@@ -147,6 +153,54 @@ class Translator(Task):
             check_tokenizer_fits(preprocessor, "target_tokenizer", self.decoder_embedding.vocabulary_size)
             if self.position == "learned":
                 check_length_fits(preprocessor, self.sequence_length)
+
+    def encode(self, encoder_token_ids):
+        """The encoder stack: source ids `(batch, src_len)` -> `(outputs (batch, src_len, hidden_dim), padding mask)`."""
+        mask = ops.not_equal(encoder_token_ids, 0)
+        x = self.encoder_embedding(encoder_token_ids)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=mask)
+        return (x if self.encoder_norm is None else self.encoder_norm(x)), mask
+
+    # The decoding protocol (`kformer.models.generative.GenerativeTask`), called by `generate`.
+    def decoder_parts(self):
+        return self.decoder_embedding, self.decoder_blocks, self.decoder_norm, self.output_projection
+
+    def prefill(self, token_ids, max_length, start_token_id, use_cache):
+        """Encode the source once and its cross-attention keys/values once; the buffer starts with `[START]`."""
+        encoder_outputs, source_mask = self.encode(token_ids)
+        cross = tuple(block.compute_cross_attention_cache(encoder_outputs) for block in self.decoder_blocks)
+        batch, length = ops.shape(token_ids)[0], max_length + 1
+        tokens = ops.concatenate([ops.full((batch, 1), start_token_id, "int32"),
+                                  ops.zeros((batch, length - 1), "int32")], axis=1)
+        prompt = ops.broadcast_to(ops.arange(length) < 1, (batch, length))
+        context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs}
+        cache = self.empty_cache(batch, length if use_cache else 1, cross[0].dtype)
+        if not use_cache:
+            return tokens, prompt, 1, cache, context, self.call_without_cache(tokens, 0, context)
+        logits, cache = self.call_with_cache(tokens[:, :1], cache, 0, context)
+        return tokens, prompt, 1, cache, context, logits[:, -1]
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
+        x = self.decoder_embedding(token_ids, start_index=cache_update_index)
+        x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask,
+                                    cross_attention_cache=context["cross_attention_cache"],
+                                    encoder_padding_mask=context["source_mask"])
+        return self.logits(x), cache
+
+    def call_without_cache(self, tokens, index, context):
+        x = self.decoder_embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
+        for block in self.decoder_blocks:
+            x = block(x, context["encoder_outputs"], encoder_padding_mask=context["source_mask"])
+        return self.logits(ops.take(x, index, axis=1)[:, None])[:, 0]
+
+    def repeat_context(self, context, beams):
+        return {"cross_attention_cache": tuple(ops.repeat(c, beams, axis=0) for c in context["cross_attention_cache"]),
+                "source_mask": ops.repeat(context["source_mask"], beams, axis=0),
+                "encoder_outputs": ops.repeat(context["encoder_outputs"], beams, axis=0)}
+
+    def generated_tokens(self, tokens):
+        return tokens[:, 1:]  # without [START]
 
     def generate(self, encoder_token_ids, **kwargs):
         """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, **kwargs)`."""

@@ -102,6 +102,9 @@ class ViTImageClassifier(ClassifierTask):
         self.layer_norm_epsilon, self.pixel_mean, self.pixel_std = layer_norm_epsilon, pixel_mean, pixel_std
         self._set_preprocessor(preprocessor)
 
+    def transformer_blocks(self):
+        return self, list(self.encoder_blocks), []
+
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor
         if preprocessor is not None and (preprocessor.image_size, preprocessor.channels) != (

@@ -14,21 +14,21 @@ import keras
 import numpy as np
 
 from kformer.blocks import TransformerDecoderBlock, TransformerEncoderBlock
+from kformer.models.task import KformerModel
 from kformer.viz._common import to_numpy
 
 BLOCKS = (TransformerEncoderBlock, TransformerDecoderBlock)
 
 
 def parts(model):
-    """(functional model holding the blocks, encoder blocks, decoder blocks) of a task or backbone."""
-    owner = model if getattr(model, "backbone", None) is None else model.backbone
-    encoder = list(getattr(owner, "encoder_blocks", None) or [])
-    decoder = list(getattr(owner, "decoder_blocks", None) or [])
-    if not isinstance(owner, keras.Model) or not (encoder or decoder):
-        raise ValueError("`model_or_layer` must be a kformer task (with `encoder_blocks` / `decoder_blocks`, "
-                         "itself or on its `backbone`) or a kformer encoder/decoder block. "
+    """(functional model holding the blocks, encoder blocks, decoder blocks) of a kformer model
+    (its `transformer_blocks()`)."""
+    found = model.transformer_blocks() if isinstance(model, KformerModel) else None
+    if found is None or not (found[1] or found[2]):
+        raise ValueError("`model_or_layer` must be a kformer task or backbone with Transformer blocks (its "
+                         "`transformer_blocks()`) or a kformer encoder/decoder block. "
                          f"Received: {type(model).__name__}")
-    return owner, encoder, decoder
+    return found
 
 
 def find_block(model, layer, attention="self"):
@@ -96,7 +96,7 @@ def token_sources(model, feed):
     else:
         encoder_ids, decoder_ids = to_numpy(feed), None
         encoder_ids = encoder_ids if encoder_ids.dtype.kind in "iu" else None
-    if decoder_ids is None and not getattr(parts(model)[0], "encoder_blocks", None):
+    if decoder_ids is None and not parts(model)[1]:
         decoder_ids = encoder_ids  # decoder-only (CausalLM): its blocks read the token ids
     return {"encoder": (encoder_ids, source), "decoder": (decoder_ids, target)}
 

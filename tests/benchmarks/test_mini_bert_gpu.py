@@ -29,7 +29,7 @@ def run_train(*argv):
 @pytest.mark.only_backend("torch")
 def test_prepare_saves_the_recipes_data_and_train_runs_all_stages_without_tensorflow(tmp_path):
     arrays = tmp_path / "arrays"
-    mini_bert_gpu.prepare([str(arrays), "--", *RECIPE, f"--output-dir={tmp_path}"])
+    mini_bert_gpu.prepare([str(arrays), "--", *RECIPE])
     with np.load(arrays / "arrays.npz") as saved:
         columns = {k: saved[k] for k in saved.files}
     config = json.loads((arrays / "config.json").read_text())
@@ -87,3 +87,12 @@ def test_train_never_overwrites_a_finished_runs_results(tmp_path, capsys):
         mini_bert_gpu.train([str(tmp_path), "--out", str(tmp_path / "out")])
     assert exit_.value.code == 2 and "already holds a run's metrics.json" in capsys.readouterr().err
     assert (tmp_path / "out" / "metrics.json").read_text() == "{}"
+
+
+def test_recipe_flags_keep_the_recipes_defaults():
+    """`prepare` parses the recipe's data flags itself (it imports no recipe): the same defaults."""
+    from recipes import pretrain_mini_bert
+
+    ours, recipe = mini_bert_gpu.recipe_flags([]), pretrain_mini_bert.parse_args(["--no-keep-freed-memory"])
+    for name in ("data_dir", "preset", "seed", "vocabulary_size", "sequence_length", "max_examples"):
+        assert getattr(ours, name) == getattr(recipe, name), name

@@ -96,3 +96,19 @@ def test_report_has_a_row_per_malloc_setting():
     assert "| malloc | policy |" in table[2]
     assert table[4] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | default | float32 | 450 | 80.0 | 20 % |"
     assert table[5] == "| gpt | gpt_tiny | 32x128 | 1.44M | 36.00 | jax | auto | keep | float32 | 300 | 120.0 | 30 % |"
+
+
+@pytest.mark.parametrize("recipe", recipe_steps.RECIPES)
+def test_recipe_defaults_are_the_recipes_own(recipe):
+    """The benchmark keeps each recipe's defaults itself (it imports no recipe); the recipes' parsers agree."""
+    import importlib
+
+    module, argv = {"imdb": ("train_imdb", []), "translator": ("train_translator", []),
+                    "vit_mnist": ("train_vit", ["--dataset", "mnist"]),
+                    "vit_cifar10": ("train_vit", ["--dataset", "cifar10"]),
+                    "mini_bert": ("pretrain_mini_bert", []), "gpt": ("train_gpt", [])}[recipe]
+    parsed = importlib.import_module(f"recipes.{module}").parse_args([*argv, "--no-keep-freed-memory"])
+    for name, value in recipe_steps.RECIPE_DEFAULTS[recipe].items():
+        assert getattr(parsed, name) == value, name
+    if recipe == "imdb":
+        assert parsed.schedule == "constant"  # the benchmark's optimizer keeps the learning rate constant

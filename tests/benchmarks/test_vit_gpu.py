@@ -76,8 +76,30 @@ def test_compile_augmentation_lets_the_random_image_layers_compile_on_jax_only()
 def test_bad_flags_are_named(tmp_path, capsys):
     for argv, message in [(["--anchor-epochs", "0"], "--anchor-epochs must be >= 1. Received: 0"),
                           (["--", "--dataset", "cifar100"], "invalid choice: 'cifar100'"),
-                          (["--", "--mixed-precision", "--tfds"], "--tfds, --mixed-precision: not supported here")]:
+                          (["--", "--mixed-precision", "--tfds"], "unrecognized arguments: --mixed-precision --tfds")]:
         with pytest.raises(SystemExit) as stop:
             vit_gpu.train([str(tmp_path / "out"), *argv])
         assert stop.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["--dataset=cifar10", "--epochs=2", "--jit-compile=false", "--verbose=1"]])
+def test_recipe_flags_keep_the_recipes_defaults(argv):
+    """The benchmark parses the recipe's flags itself (it imports no recipe): the same values as the recipe."""
+    from recipes import train_vit
+
+    ours, recipe = vit_gpu.recipe_flags(argv), train_vit.parse_args([*argv, "--no-keep-freed-memory"])
+    for name in ("dataset", "data_dir", "preset", "epochs", "batch_size", "learning_rate", "weight_decay",
+                 "patience", "seed", "max_examples", "jit_compile"):
+        assert getattr(ours, name) == getattr(recipe, name), name
+    assert ours.verbose == (2 if recipe.verbose == "auto" else recipe.verbose)
+    assert vit_gpu.DEFAULT_PRESETS == train_vit.DEFAULT_PRESETS
+
+
+def test_the_benchmarks_import_no_recipe():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    for name in ("vit_gpu.py", "mini_bert_gpu.py", "recipe_steps.py"):
+        source = (root / name).read_text()
+        assert "from recipes" not in source and "import recipes" not in source, name

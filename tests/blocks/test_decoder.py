@@ -126,67 +126,8 @@ def test_cached_attention_scores_equal_full_pass_rows():
         np.testing.assert_allclose(to_numpy(cross_scores)[:, :, 0], full_cross[:, :, i], atol=1e-5)
 
 
-@pytest.mark.parametrize("normalize_first", [False, True])
-@pytest.mark.parametrize("variant", ["cross", "decoder_only", "rotary", "experts"])
-def test_decoding_fast_path_equals_the_general_path(normalize_first, variant):
-    """A cached inference call takes `_decode_step` (lean attention, no sublayer calls); asking for the
-    scores forces the general path, whose outputs and caches it must equal, padding included."""
-    kwargs = {"rotary_max_wavelength": 1000} if variant == "rotary" else \
-        {"num_experts": 2, "top_k": 1, "capacity_factor": 4.0} if variant == "experts" else {}
-    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16, normalize_first=normalize_first, **kwargs)
-    cross = variant != "decoder_only"
-    block(TARGET, SOURCE if cross else None)
-    call = dict(self_attention_cache=RNG.normal(size=(2, 2, 7, 2, 4)).astype("float32"),
-                self_attention_cache_update_index=3, decoder_padding_mask=np.array([[1] * 7, [1, 0] + [1] * 5], bool))
-    if cross:
-        call.update(cross_attention_cache=block.compute_cross_attention_cache(SOURCE),
-                    encoder_padding_mask=np.array([[True] * 5, [False] * 5]))  # an all-padding source row
-    taken = []
-    step = block._decode_step
-    block._decode_step = lambda *args: taken.append(1) or step(*args)
-    fast = block(TARGET[:, :2], **call)
-    general = block(TARGET[:, :2], return_attention_scores=True, **call)
-    assert len(taken) == 1
-    assert len(fast) == 2 + cross
-    for got, want in zip(fast, general):
-        np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
-
-
-@pytest.mark.parametrize("normalize_first", [False, True])
-@pytest.mark.parametrize("variant", ["cross", "decoder_only", "rotary", "experts"])
-def test_decode_step_with_flat_weights_equals_call(normalize_first, variant):
-    """`decode_step` through `decoding_weights()` (2-D kernels made once per decoding call) gives
-    what a cached `call` gives: outputs and the written cache, masked source row included."""
-    kwargs = {"rotary_max_wavelength": 1000} if variant == "rotary" else \
-        {"num_experts": 2, "top_k": 1, "capacity_factor": 4.0} if variant == "experts" else {}
-    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16, normalize_first=normalize_first, **kwargs)
-    cross = variant != "decoder_only"
-    block(TARGET, SOURCE if cross else None)
-    weights = block.decoding_weights()
-    assert tuple(weights["self"]["query"][0].shape) == (8, 8) and (weights["cross"] is None) == (not cross)
-    cache = RNG.normal(size=(2, 2, 7, 2, 4)).astype("float32")
-    call = dict(self_attention_cache=cache, self_attention_cache_update_index=3)
-    step = dict(cross_cache=None, encoder_padding_mask=None)
-    if cross:
-        mask = np.array([[True] * 5, [True, True, False, False, False]])
-        call.update(cross_attention_cache=block.compute_cross_attention_cache(SOURCE), encoder_padding_mask=mask)
-        step.update(cross_cache=call["cross_attention_cache"], encoder_padding_mask=mask)
-    want = block(TARGET[:, :2], return_attention_scores=True, **call)
-    got = block.decode_step(TARGET[:, :2], cache, 3, weights, **step)
-    assert len(got) == 2
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(to_numpy(g), to_numpy(w), atol=1e-5)
-
-
-def test_decode_step_names_a_missing_or_extra_cross_cache():
-    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16)
-    block(TARGET, SOURCE)
-    with pytest.raises(ValueError, match="cross_cache"):
-        block.decode_step(TARGET[:, :1], np.zeros((2, 2, 7, 2, 4), "float32"), 0, block.decoding_weights())
-
-
 def test_a_quantized_block_decodes_through_the_general_path():
-    """int8 sublayers need their `quantized_call` (inside `Layer.__call__`): the fast path steps aside."""
+    """int8 sublayers decode through their `quantized_call` (inside `Layer.__call__`)."""
     block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16)
     block(TARGET, SOURCE)
     for layer in block._flatten_layers():
@@ -194,8 +135,6 @@ def test_a_quantized_block_decodes_through_the_general_path():
             layer.quantize("int8")
     call = dict(self_attention_cache=np.zeros((2, 2, 7, 2, 4), "float32"), self_attention_cache_update_index=0,
                 cross_attention_cache=block.compute_cross_attention_cache(SOURCE))
-    assert not block._decodes_fast(None, False, None, True, call["cross_attention_cache"])
-    assert block.decoding_weights() is None  # so `generate` steps through `call`
     out, cache, _ = block(TARGET[:, :1], **call)
     assert tuple(out.shape) == (2, 1, 8) and np.isfinite(to_numpy(out)).all()
     assert np.abs(to_numpy(cache)[:, :, 0]).sum() > 0 and not to_numpy(cache)[:, :, 1:].any()

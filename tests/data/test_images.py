@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kformer.data import images
+from kformer.data.augmentation import augmentation
 from kformer.data.preprocessors import ImageClassifierPreprocessor
 
 # The full data sets, where a machine has them: KFORMER_DATA_DIR=/path/to/data (laid out as data/).
@@ -80,7 +81,7 @@ def shift_of(source, output, max_shift, flips=(False,)):
 
 def test_cifar_augmentation_shifts_and_flips_exact_pixels():
     x = images.load_split("test", "cifar10", max_examples=16)[0].astype("float32")
-    augment = images.augmentation("cifar10", seed=1)
+    augment = augmentation("cifar10", seed=1)
     out = keras.ops.convert_to_numpy(augment(x, training=True))
     assert out.shape == x.shape and out.dtype == np.float32 and not np.array_equal(out, x)
     moves = [shift_of(a, b, 4, flips=(False, True)) for a, b in zip(x, out)]
@@ -91,7 +92,7 @@ def test_cifar_augmentation_shifts_and_flips_exact_pixels():
 def test_mnist_augmentation_only_shifts_never_flips():
     x = images.load_split("test", "mnist", max_examples=32)[0].astype("float32")
     ds = ImageClassifierPreprocessor(28, 1).dataset(x.astype("uint8"), np.zeros(32), batch_size=32,
-                                                    augment=images.augmentation("mnist"))
+                                                    augment=augmentation("mnist"))
     out = next(iter(ds))[0].numpy()
     assert out.shape == (32, 28, 28, 1) and out.dtype == np.float32 and not np.array_equal(out, x)
     moves = [shift_of(a, b, 2) for a, b in zip(x, out)]
@@ -107,7 +108,7 @@ def test_preprocessor_dataset_batches_float_images_and_int_labels():
     assert batches[0][0].dtype == "float32" and batches[0][1].dtype == "int32"
     np.testing.assert_array_equal(np.concatenate([b[0].numpy() for b in batches]), x)
     shuffled = list(preprocessor.dataset(x, y, batch_size=4, shuffle=True,
-                                         augment=images.augmentation("cifar10")))
+                                         augment=augmentation("cifar10")))
     assert sorted(np.concatenate([b[1].numpy() for b in shuffled])) == sorted(y)
     assert shuffled[0][0].shape == (4, 32, 32, 3) and shuffled[0][0].dtype == "float32"
     with pytest.raises(ValueError, match="`y` has 3 rows but `x` has 10"):
@@ -175,7 +176,7 @@ def test_bad_arguments_are_named(kwargs, message):
 
 def test_bad_names_for_augmentation_and_tfds():
     with pytest.raises(ValueError, match="dataset='imagenet'"):
-        images.augmentation("imagenet")
+        augmentation("imagenet")
     with pytest.raises(ValueError, match="split='validation'"):
         images.load_split_tfds("validation", "mnist")
 

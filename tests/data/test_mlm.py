@@ -210,9 +210,9 @@ def test_dataset_trains_mini_bert_and_weights_apply(pairs, tokenizer):
     epoch_1, epoch_2 = (np.asarray(next(iter(ds.take(1)))[0]["mask_positions"]) for _ in range(2))
     assert not np.array_equal(epoch_1, epoch_2)  # dynamic masking: new masks every pass
 
-    backbone = models.mini_bert(vocabulary_size=tokenizer.vocabulary_size, sequence_length=SEQUENCE_LENGTH,
+    backbone = models.bert(vocabulary_size=tokenizer.vocabulary_size, sequence_length=SEQUENCE_LENGTH,
                                 num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
-    model = models.mini_bert_pretraining(backbone)
+    model = models.bert_pretrainer(backbone)
     model.compile(
         keras.optimizers.AdamW(1e-3),
         loss={"mlm_logits": keras.losses.SparseCategoricalCrossentropy(

@@ -5,7 +5,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from kformer.data import translation
+from kformer.data import buckets, translation
 from kformer.data.preprocessors import TranslatorPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
@@ -153,9 +153,9 @@ def test_dataset_shapes_shift_and_buckets(tokenizers):
 
 
 def test_bucket_lengths():
-    assert translation.bucket_lengths(20) == [8, 16, 20]
-    assert translation.bucket_lengths(32) == [8, 16, 24, 32]
-    assert translation.bucket_lengths(5) == [5]
+    assert buckets.bucket_lengths(20) == [8, 16, 20]
+    assert buckets.bucket_lengths(32) == [8, 16, 24, 32]
+    assert buckets.bucket_lengths(5) == [5]
 
 
 def test_shuffle_is_seeded_and_errors_are_clear(tokenizers):

@@ -74,7 +74,7 @@ def exported_and_answered(tokenizer, tmp_path_factory):
         xla.append(with_xla)  # the client turns XLA compilation off, as the stock TF Serving does
 
     text = {"text": np.array(TEXTS, dtype=object)}
-    clf = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
+    clf = models.text_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
                                  class_names=CLASSES,  # head_tail: the served graph keeps both ends too
                                  preprocessor=TextClassifierPreprocessor(tokenizer, 32, truncation="head_tail"))
     path = export.export_for_serving(clf, base / "imdb")
@@ -138,14 +138,14 @@ def _export_gpt(tokenizer, base, add):
 
 def _export_bert_and_vit(tokenizer, base, text, add):
     vocab = tokenizer.vocabulary_size
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=vocab, sequence_length=32,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=vocab, sequence_length=32,
                                 hidden_dim=32, intermediate_dim=64)
-    bert_clf = models.mini_bert_classifier(backbone, 2, class_names=CLASSES,
+    bert_clf = models.bert_text_classifier(backbone, 2, class_names=CLASSES,
                                            preprocessor=BertPreprocessor(tokenizer, 32))
     path = export.export_for_serving(bert_clf, base / "bert_clf")
     add(path, "serving_default", text, {"probabilities": bert_clf.predict(TEXTS, verbose=0)})
 
-    mlm = models.mini_bert_pretraining(backbone, preprocessor=BertPreprocessor(tokenizer, 32, mask_positions=True))
+    mlm = models.bert_pretrainer(backbone, preprocessor=BertPreprocessor(tokenizer, 32, mask_positions=True))
     path = export.export_for_serving(mlm, base / "bert_mlm", top_k=3)
     probs = keras.ops.convert_to_numpy(keras.ops.softmax(mlm.predict(TEXTS, verbose=0)["mlm_logits"]))
     answers = mlm.fill_mask(TEXTS, top_k=3)
@@ -378,11 +378,11 @@ def test_a_stock_server_loads_every_export(warmup_replies):
 
 @tf_exports_only
 def test_plain_translation_signatures_drop_all_padding_columns():
-    from kformer.export.signatures import _used_width
+    from kformer.models.batching import used_width  # what `translate` runs in the graph (`trim_width`)
 
     for ids, width in [([[0, 0, 0]], 1), ([[5, 0, 0], [0, 0, 0]], 1), ([[5, 6, 0, 0], [7, 0, 0, 0]], 2),
                        ([[1, 2, 3]], 3)]:
-        assert int(_used_width(tf.constant(ids, tf.int32))) == width, ids
+        assert int(used_width(tf.constant(ids, tf.int32))) == width, ids
 
 
 def test_warmup_requests_cover_every_signature(served):
@@ -523,24 +523,24 @@ def test_versions_are_new_and_never_overwritten(tmp_path):
 
 
 def test_bad_arguments_name_the_argument(tokenizer):
-    bare = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
+    bare = models.text_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
     with pytest.raises(ValueError, match="needs its preprocessor"):
         export.save_for_serving(bare, "unused")
     with pytest.raises(ValueError, match="`task` must be a kformer task"):
         export.save_for_serving(keras.Sequential([keras.layers.Dense(2)]), "unused")
-    fitting = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16,
+    fitting = models.text_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16,
                                      preprocessor=TextClassifierPreprocessor(tokenizer, 16))
     with pytest.raises(ValueError, match="`class_names` must be 2 strings"):
         export.save_for_serving(fitting, "unused", class_names=["only one"])
     too_big = r"`tokenizer` has \d+ tokens, but the model's vocabulary holds 100"
     with pytest.raises(ValueError, match=too_big):  # at construction
-        models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
+        models.text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
                                preprocessor=TextClassifierPreprocessor(tokenizer, 16))
-    small = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16)
+    small = models.text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16)
     small.preprocessor = TextClassifierPreprocessor(tokenizer, 16)  # attached later: export checks again
     with pytest.raises(ValueError, match=too_big):
         export.save_for_serving(small, "unused")
-    longer = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
+    longer = models.text_classifier(preset="imdb_tiny", vocabulary_size=600, sequence_length=16)
     longer.preprocessor = TextClassifierPreprocessor(tokenizer, 32)
     with pytest.raises(ValueError, match="sequence_length=16.*Received: sequence_length=32"):
         export.save_for_serving(longer, "unused")

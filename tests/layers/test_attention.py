@@ -128,75 +128,6 @@ def test_cross_attention_cache_is_reused():
     np.testing.assert_allclose(to_numpy(same_cache), to_numpy(cache))
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"use_bias": False, "output_dim": 5}, {"rotary_max_wavelength": 100}])
-def test_cached_call_with_flat_weights_equals_each_projection(kwargs):
-    """`flat_weights()` (2-D kernels, made once per decoding call) gives `cached_call`'s numbers, for
-    self-attention written at an index and for cross-attention over a precomputed cache."""
-    layer = MultiHeadAttention(2, 4, **kwargs)
-    full = to_numpy(layer(QUERY, QUERY, use_causal_mask=True))
-    weights = layer.flat_weights()
-    assert tuple(weights["output"][0].shape) == (8, kwargs.get("output_dim", 8))
-    assert (weights["query"][1] is None) == (kwargs.get("use_bias") is False)
-    joined = layer.flat_weights(fuse_query_key_value=True)
-    kernels = [to_numpy(weights[name][0]) for name in ("query", "key", "value")]
-    np.testing.assert_array_equal(to_numpy(joined["query_key_value"][0]), np.concatenate(kernels, axis=1))
-    for flat in (weights, joined):  # one matmul for the three self-attention projections, or three
-        cache = ops.zeros((2, 2, 6, 2, 4))
-        for i in range(6):
-            out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, weights=flat)
-            np.testing.assert_allclose(to_numpy(out), full[:, i : i + 1], atol=1e-5)
-    source_mask = np.array([[True] * 4, [True, True, True, False]])
-    cross = layer.compute_cache(SOURCE)
-    want, _ = layer.cached_call(QUERY, cross, key_mask=source_mask)
-    got, _ = layer.cached_call(QUERY, cross, key_mask=source_mask, weights=weights)
-    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
-
-
-def test_cached_call_with_a_known_index_attends_the_written_keys():
-    """With an int index (eager decoding) `cached_call` cuts the cache to the keys written so far:
-    a 4-token prefill (causal among its tokens) and two single steps, with a key padding mask,
-    give full causal attention's numbers."""
-    layer = MultiHeadAttention(2, 4)
-    keys = np.array([[True] * 6, [True, False, True, True, True, True]])
-    full = to_numpy(layer(QUERY, QUERY, value_mask=keys, use_causal_mask=True))
-    cache = ops.zeros((2, 2, 6, 2, 4))
-    out, cache = layer.cached_call(QUERY[:, :4], cache, 0, key_mask=keys)
-    outs = [to_numpy(out)]
-    for i in (4, 5):
-        out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, key_mask=keys)
-        outs.append(to_numpy(out))
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
-    np.testing.assert_allclose(to_numpy(cache)[:, 0, 5], to_numpy(layer.compute_cache(QUERY))[:, 0, 5], atol=1e-5)
-
-
-def test_cached_call_takes_a_key_mask_prepared_once():
-    """`masks.key_padding_mask(key_mask)`, made once outside a decoding loop, gives `cached_call`
-    the numbers of the `(batch, k_len)` mask: cross-attention (an all-padding row included) and
-    self-attention steps at a known index."""
-    layer = MultiHeadAttention(2, 4)
-    layer(QUERY, SOURCE)
-    cross = layer.compute_cache(SOURCE)
-    source_mask = np.array([[True, True, True, False], [False] * 4])
-    want, _ = layer.cached_call(QUERY, cross, key_mask=source_mask)
-    got, _ = layer.cached_call(QUERY, cross, key_mask=masks.key_padding_mask(source_mask))
-    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-6)
-    keys = np.array([[True] * 6, [True, False, True, True, True, True]])
-    full = to_numpy(layer(QUERY, QUERY, value_mask=keys, use_causal_mask=True))
-    prepared, cache = masks.key_padding_mask(keys), ops.zeros((2, 2, 6, 2, 4))
-    outs = []
-    for i in range(6):
-        out, cache = layer.cached_call(QUERY[:, i : i + 1], cache, i, key_mask=prepared)
-        outs.append(to_numpy(out))
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
-
-
-def test_joined_projections_need_one_input_width():
-    layer = MultiHeadAttention(2, 4)
-    layer(QUERY, np.zeros((2, 4, 5), "float32"))  # keys and values 5 wide, queries 8
-    with pytest.raises(ValueError, match="fuse_query_key_value=True.*8, 5, 5"):
-        layer.flat_weights(fuse_query_key_value=True)
-
-
 def test_compiled_cached_step():
     layer = MultiHeadAttention(2, 4)
     token = keras.Input((1, 8), batch_size=2)
@@ -240,47 +171,40 @@ def test_bad_arguments_raise_clear_errors(kwargs, call, match):
             layer(**call)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fused_attention_gives_the_explicit_numbers_or_steps_aside(monkeypatch, dtype):
+    """`kernels.attention.fused_attention` (no scores asked) equals the explicit softmax path (scores
+    asked), with padding, an attention mask, causality, one query and one key; where it does not
+    apply it returns None and the layer computes the explicit path."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
+    calls, fused = [], attention.fused_attention
+    monkeypatch.setattr(attention, "fused_attention", lambda *a: calls.append(fused(*a)) or calls[-1])
+    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
+    cases = [((QUERY, QUERY), kwargs), ((QUERY[:, 2:3], QUERY), {}), ((QUERY[:, 2:3], QUERY[:, :1]), {})]
+    for args, kw in cases:
+        got = layer(*args, **kw)
+        reference = layer(*args, return_attention_scores=True, **kw)[0]  # the explicit path
+        assert keras.backend.standardize_dtype(got.dtype) == dtype
+        np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
+                                   atol=1e-5 if dtype == "float32" else 3e-2)
+    skipped = keras.backend.backend() == "jax" and dtype == "float16"  # XLA:CPU does not compile it
+    assert len(calls) == 3 and all((c is None) == skipped for c in calls)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="a torch CPU's bfloat16 attention backward")
-def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path(monkeypatch):
+def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_bfloat16")
-    explicit_calls = []
-    explicit = MultiHeadAttention._explicit
-
-    def spy(self, *args):
-        explicit_calls.append(args[-1])  # `training`
-        return explicit(self, *args)
-
-    monkeypatch.setattr(MultiHeadAttention, "_explicit", spy)
+    q = ops.cast(ops.convert_to_tensor(QUERY.reshape(2, 6, 2, 4)), "bfloat16")
+    assert attention.fused_attention(q, q, q, None, 0.5, True) is None  # training: explicit
+    assert attention.fused_attention(q, q, q, None, 0.5, False) is not None  # inference: fused
     inference = layer(QUERY, QUERY, value_mask=PADDING, training=False)
-    assert explicit_calls == []  # inference: the fused kernel, whose forward is fast
     training = layer(QUERY, QUERY, value_mask=PADDING, training=True)
-    assert explicit_calls == [True]
     assert {keras.backend.standardize_dtype(t.dtype) for t in (training, inference)} == {"bfloat16"}
     np.testing.assert_allclose(to_numpy(ops.cast(training, "float32")), to_numpy(ops.cast(inference, "float32")),
                                atol=3e-2)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX on a CPU attends one head at a time")
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_jax_cpu_attends_one_head_at_a_time_with_the_fused_numbers(monkeypatch, dtype):
-    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
-    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
-    calls, per_head = [], MultiHeadAttention._per_head
-    monkeypatch.setattr(MultiHeadAttention, "_per_head", lambda self, *a: calls.append(1) or per_head(self, *a))
-    got = layer(QUERY, QUERY, **kwargs)
-    assert calls == [1] and keras.backend.standardize_dtype(got.dtype) == dtype
-    references = [layer(QUERY, QUERY, return_attention_scores=True, **kwargs)[0]]  # the explicit path
-    if dtype == "float32":  # fused float16 attention does not compile on a CPU
-        monkeypatch.setattr("kformer.layers.attention._attention_path", lambda q, training, k: "fused")
-        references.append(layer(QUERY, QUERY, **kwargs))
-    assert calls == [1]
-    for reference in references:
-        np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
-                                   atol=1e-5 if dtype == "float32" else 3e-3)
-
-
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX on a CPU attends one head at a time")
-def test_jax_cpu_per_head_attention_drops_probabilities_in_training_only():
+def test_attention_dropout_drops_probabilities_in_training_only():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
     inference = to_numpy(layer(QUERY, QUERY, training=False))
     _, scores = layer(QUERY, QUERY, return_attention_scores=True, training=False)
@@ -291,42 +215,9 @@ def test_jax_cpu_per_head_attention_drops_probabilities_in_training_only():
     np.testing.assert_allclose(to_numpy(ops.sum(scores, axis=-1)), 1.0, atol=1e-5)
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow CPU's training path")
-def test_tensorflow_cpu_trains_through_the_heads_first_explicit_path(monkeypatch):
-    layer = MultiHeadAttention(num_heads=2, key_dim=4)
-    explicit_calls, explicit = [], MultiHeadAttention._explicit
-    monkeypatch.setattr(MultiHeadAttention, "_explicit",
-                        lambda self, *args: explicit_calls.append(args[-1]) or explicit(self, *args))
-    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
-    inference = layer(QUERY, QUERY, training=False, **kwargs)
-    assert explicit_calls == []  # inference (and exports): the fused kernel
-    training = layer(QUERY, QUERY, training=True, **kwargs)
-    assert explicit_calls == [True]
-    np.testing.assert_allclose(to_numpy(training), to_numpy(inference), atol=1e-5)
+def test_call_reads_in_one_screen():
+    """The layer's `call` is the paper's computation, readable in one screen (issue 56)."""
+    import inspect
 
-
-@pytest.mark.skipif(keras.backend.backend() == "jax", reason="TensorFlow and torch (float32) attend one query apart")
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_one_query_inference_path_gives_the_explicit_numbers(monkeypatch, dtype):
-    """TensorFlow: products and sums; torch in float32 on a CPU: the tensors' own matmuls; torch in
-    bfloat16: the fused path."""
-    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
-    calls, one_query = [], MultiHeadAttention._one_query
-    monkeypatch.setattr(MultiHeadAttention, "_one_query", lambda self, *a: calls.append(1) or one_query(self, *a))
-    query = QUERY[:, 2:3]
-    kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 1, 6)) > 0.3)
-    cases = [((query, QUERY), kwargs), ((query, QUERY), {}), ((query, QUERY[:, :1]), {})]  # the last: one key
-    for args, kw in cases:
-        got = layer(*args, **kw)
-        reference = layer(*args, return_attention_scores=True, **kw)[0]  # the explicit path
-        assert keras.backend.standardize_dtype(got.dtype) == dtype
-        np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
-                                   atol=1e-6 if dtype == "float32" else 2e-2)
-    expected = [] if keras.backend.backend() == "torch" and dtype != "float32" else [1, 1, 1]
-    assert calls == expected
-    layer(QUERY, QUERY)  # six queries, and one in training: the other paths
-    layer(query, QUERY, training=True)
-    assert calls == expected
-    if keras.backend.backend() == "torch":  # past 32,768 key elements torch's fused kernel is faster
-        keys = ops.zeros((2, 2049, 2, 4), dtype)
-        assert attention._attention_path(ops.zeros((2, 1, 2, 4), dtype), False, keys) == "fused"
+    assert len(inspect.getsource(MultiHeadAttention.call).splitlines()) <= 40
+    assert len(inspect.getsource(attention).splitlines()) <= 250

@@ -72,7 +72,6 @@ def test_rows_of_the_position_table_replace_computed_positions(position):
         return
     assert tuple(table.shape) == (8, 6)
     np.testing.assert_allclose(to_numpy(layer(IDS[:, 4:5], positions=to_numpy(table)[4:5])), full[:, 4:5], atol=1e-6)
-    np.testing.assert_allclose(to_numpy(layer.lookup(IDS[:, 4:5], table[4:5])), full[:, 4:5], atol=1e-6)
 
 
 def test_token_and_position_errors():

@@ -19,17 +19,6 @@ def test_feed_forward_is_two_dense_layers():
     np.testing.assert_allclose(out, np.maximum(X @ w1 + b1, 0) @ w2 + b2, atol=1e-5)
 
 
-@pytest.mark.parametrize("use_bias", [True, False])
-def test_infer_with_flat_weights_equals_call(use_bias):
-    """The decoding fast path (`flat_weights()` made once, then `@`) computes what `call` does."""
-    layer = FeedForward(16, activation="gelu", dropout=0.5, output_dim=3, use_bias=use_bias)
-    want = to_numpy(layer(X, training=False))
-    weights = layer.flat_weights()
-    assert (weights[1] is None) == (not use_bias) and tuple(weights[2].shape) == (16, 3)
-    np.testing.assert_allclose(to_numpy(layer.infer(X, weights)), want, atol=1e-5)
-    np.testing.assert_allclose(to_numpy(layer.infer(X)), want, atol=1e-5)
-
-
 def test_feed_forward_errors():
     with pytest.raises(ValueError, match="intermediate_dim=0"):
         FeedForward(0)

@@ -7,10 +7,10 @@ from kformer import models
 SMALL = {
     "translator": dict(vocabulary_size=40, sequence_length=16, hidden_dim=16, num_heads=2,
                        intermediate_dim=32, num_encoder_layers=1, num_decoder_layers=2),
-    "imdb_classifier": dict(vocabulary_size=40, sequence_length=12, hidden_dim=16, num_heads=2,
+    "text_classifier": dict(vocabulary_size=40, sequence_length=12, hidden_dim=16, num_heads=2,
                             intermediate_dim=32),
-    "mini_bert": dict(vocabulary_size=40, sequence_length=16, hidden_dim=16, num_heads=2,
-                      intermediate_dim=32, num_layers=2),
+    "bert": dict(vocabulary_size=40, sequence_length=16, hidden_dim=16, num_heads=2,
+                 intermediate_dim=32, num_layers=2),
     "vit": dict(image_size=16, patch_size=4, hidden_dim=16, num_heads=2, intermediate_dim=32,
                 num_layers=2, num_classes=3),
     "conformer_encoder": dict(num_features=16, num_layers=2, hidden_dim=16, num_heads=2, kernel_size=3),

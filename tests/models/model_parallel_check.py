@@ -21,7 +21,7 @@ from kformer import models
 from tests.models.cases import SMALL, random_inputs
 
 PRESETS = {  # sizes that split over 4 devices: 4 heads, hidden 16, intermediate 32
-    "transformer_tiny": "translator", "bert_tiny": "mini_bert", "vit_tiny": "vit", "gpt_tiny": "causal_lm"}
+    "transformer_tiny": "translator", "bert_tiny": "bert", "vit_tiny": "vit", "gpt_tiny": "causal_lm"}
 TRAINED = ("transformer_tiny", "gpt_tiny")  # each costs a sharded compile: about 20 s of CPU
 SPLIT = {  # a weight of each kind -> the spec it must have
     "self_attention/query/kernel": (None, "model", None),
@@ -39,7 +39,7 @@ def build(preset):
     kwargs = sizes(preset)
     model = models.build(preset, **kwargs)
     if preset == "bert_tiny":  # the backbone has no loss: train its pretraining task
-        model = models.mini_bert_pretraining(model)
+        model = models.bert_pretrainer(model)
     return model
 
 

@@ -28,7 +28,7 @@ def train_one_step():
     from kformer import models
 
     keras.utils.set_random_seed(0)
-    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=40, sequence_length=8, dropout=0.0)
+    model = models.text_classifier(preset="imdb_tiny", vocabulary_size=40, sequence_length=8, dropout=0.0)
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
     return model
 

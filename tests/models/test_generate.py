@@ -220,14 +220,14 @@ def test_max_length_is_bounded_by_learned_positions():
 
 @pytest.mark.parametrize("part", ["all", "embedding"])
 def test_a_quantized_translator_decodes_through_the_general_path(part):
-    """int8 weights (the whole model, or only its tied token table) have no fast decoding path:
-    `generate` steps through each layer's `__call__`, and the cache still equals recomputing."""
-    from kformer.models import decoders
+    """int8 weights (the whole model, or only its tied token table) have no plain-matrix step:
+    `generate` steps through `call_with_cache`, and the cache still equals recomputing."""
+    from kformer.kernels.decoding import PlainDecoder
 
     keras.utils.set_random_seed(0)
     model = small_model("transformer_tiny")
     kwargs = dict(max_length=6, start_token_id=START, end_token_id=END)
     model.quantize("int8") if part == "all" else model.decoder_embedding.token_embedding.quantize("int8")
-    assert decoders.adapter(model).decoding_weights() is None
+    assert PlainDecoder.create(model, {}, 8) is None  # the plain-matrix step needs float weights
     np.testing.assert_array_equal(models.generate(model, SOURCE, **kwargs),
                                   models.generate(model, SOURCE, use_cache=False, **kwargs))

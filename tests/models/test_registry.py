@@ -99,7 +99,7 @@ def test_translator_masks_source_padding():
 
 def test_bert_pretraining_and_classifier_share_the_backbone(tmp_path):
     backbone = small_model("bert_tiny")
-    pretraining = models.mini_bert_pretraining(backbone)
+    pretraining = models.bert_pretrainer(backbone)
     data = random_inputs(backbone)
     data["mask_positions"] = np.array([[1, 3], [0, 2]], "int32")
     out = pretraining.predict(data, verbose=0)
@@ -108,7 +108,7 @@ def test_bert_pretraining_and_classifier_share_the_backbone(tmp_path):
     table = to_numpy(backbone.token_embedding.token_embedding.embeddings)
     assert not any(tuple(w.shape) == (16, 40) for w in pretraining.trainable_weights)
     assert table.shape == (40, 16)
-    classifier = models.mini_bert_classifier(backbone, num_classes=3)
+    classifier = models.bert_text_classifier(backbone, num_classes=3)
     logits = classifier.predict({k: data[k] for k in backbone.input}, verbose=0)
     assert logits.shape == (2, 3)
     pretraining.save(tmp_path / "p.keras")
@@ -116,7 +116,7 @@ def test_bert_pretraining_and_classifier_share_the_backbone(tmp_path):
     np.testing.assert_allclose(reloaded.predict(data, verbose=0)["mlm_logits"], out["mlm_logits"],
                                atol=1e-5)
     with pytest.raises(ValueError, match="num_classes=1"):
-        models.mini_bert_classifier(backbone, num_classes=1)
+        models.bert_text_classifier(backbone, num_classes=1)
 
 
 def test_vit_with_experts_adds_balancing_losses():

@@ -18,7 +18,7 @@ from kformer.data.wordpiece import BERT_SPECIAL_TOKENS, SPECIAL_TOKENS, WordPiec
 from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier  # noqa: E402
 from kformer.models.gpt import CausalLM  # noqa: E402
 from kformer.models.pretrained import common, from_pretrained  # noqa: E402
-from kformer.models.task import Backbone  # noqa: E402
+from kformer.models.task import KformerModel  # noqa: E402
 from kformer.models.vit import ViTImageClassifier  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -219,7 +219,7 @@ def test_unrepresentable_models_are_refused_by_attribute(tmp_path):
         preprocessor=BertPreprocessor(tokenizer, 8))
     _refused(classifier, tmp_path / "bert", "normalizer")
 
-    class Doubler(Backbone):
+    class Doubler(KformerModel):
         def __init__(self, **kwargs):
             x = keras.Input((2,))
             super().__init__(inputs=x, outputs=keras.layers.Dense(4)(x), **kwargs)

@@ -30,7 +30,7 @@ def reviews():
 
 def test_text_classifier_fits_and_predicts_raw_strings(tokenizer, reviews, tmp_path):
     texts, labels = reviews
-    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
+    model = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                    sequence_length=16, class_names=["negative", "positive"],
                                    preprocessor=TextClassifierPreprocessor(tokenizer, 16))
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -59,7 +59,7 @@ def test_tensorflow_fit_traces_the_train_step_once_and_trains_as_keras_does(toke
 
     def fitted(fit):
         keras.utils.set_random_seed(1)
-        model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
+        model = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                        sequence_length=16, preprocessor=TextClassifierPreprocessor(tokenizer, 16))
         model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
@@ -79,7 +79,7 @@ def test_tensorflow_fit_traces_the_train_step_once_and_trains_as_keras_does(toke
 
 @pytest.mark.tf_only
 def test_a_backbone_that_is_no_task_traces_its_train_step_once_too():
-    class Projection(models.Backbone):  # `Backbone.fit` builds the state; every task inherits it
+    class Projection(models.KformerModel):  # `KformerModel.fit` builds the state; every task inherits it
         def __init__(self, width=4, **kwargs):
             x = keras.Input((width,))
             super().__init__(inputs=x, outputs=keras.layers.Dense(2)(x), **kwargs)
@@ -119,15 +119,15 @@ def test_translator_translates_strings_and_reloads(tokenizer, tmp_path):
 
 
 def test_bert_tasks_share_a_backbone_and_take_raw_text(tokenizer, reviews, tmp_path):
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=tokenizer.vocabulary_size,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                 sequence_length=24, hidden_dim=16, intermediate_dim=32)
-    pretrainer = models.mini_bert_pretraining(
+    pretrainer = models.bert_pretrainer(
         backbone, preprocessor=BertPreprocessor(tokenizer, 24, mask_positions=True))
     answers = pretrainer.fill_mask(TEXTS, top_k=3)
     assert [len(a) for a in answers] == [0, 0, 0, 2]
     assert all(len(candidates) == 3 and candidates[0]["score"] >= candidates[-1]["score"]
                for candidates in answers[3])
-    classifier = models.mini_bert_classifier(backbone, 2, preprocessor=BertPreprocessor(tokenizer, 24))
+    classifier = models.bert_text_classifier(backbone, 2, preprocessor=BertPreprocessor(tokenizer, 24))
     assert classifier.backbone is pretrainer.backbone is backbone
     classifier.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     classifier.fit(*reviews, batch_size=8, epochs=1, verbose=0)
@@ -166,7 +166,7 @@ def test_raw_input_without_a_preprocessor_is_a_clear_error():
 
 
 def test_preprocessor_must_fit_the_model(tokenizer):
-    small = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=50, sequence_length=16)
+    small = models.text_classifier(preset="imdb_tiny", vocabulary_size=50, sequence_length=16)
     with pytest.raises(ValueError, match=r"`tokenizer` has \d+ tokens, but the model's vocabulary holds 50"):
         small.validate_preprocessor(TextClassifierPreprocessor(tokenizer, 16))
     learned = models.translator(preset="transformer_tiny", vocabulary_size=300, position="learned",
@@ -177,15 +177,15 @@ def test_preprocessor_must_fit_the_model(tokenizer):
 
 # One override each builder's presets carry, spelled every way a user may write it (on the
 # smallest preset of each builder).
-PRESETS = {"translator": "transformer_tiny", "imdb_classifier": "imdb_tiny", "mini_bert": "bert_tiny",
+PRESETS = {"translator": "transformer_tiny", "text_classifier": "imdb_tiny", "bert": "bert_tiny",
            "vit": "vit_tiny"}
 OVERRIDES = {
     "translator": [({"encoder_vocabulary_size": 50, "decoder_vocabulary_size": 60}, (50, 60)),
                    ({"encoder_vocabulary_size": 50}, (50, 8000)),
                    ({"vocabulary_size": 70}, (70, 70))],
-    "imdb_classifier": [({"vocabulary_size": 90, "sequence_length": 12}, (90, 12))],
-    "mini_bert": [({"vocabulary_size": 90, "sequence_length": 12}, (90, 12)),
-                  ({"vocabulary_size": 90, "max_sequence_length": 12}, (90, 12))],
+    "text_classifier": [({"vocabulary_size": 90, "sequence_length": 12}, (90, 12))],
+    "bert": [({"vocabulary_size": 90, "sequence_length": 12}, (90, 12)),
+             ({"vocabulary_size": 90, "max_sequence_length": 12}, (90, 12))],
     "vit": [({"num_classes": 3, "image_size": 14}, (3, 14)), ({"patch_size": 4, "image_size": 12}, (10, 12))],
 }
 
@@ -211,7 +211,7 @@ def test_preset_overrides_merge_however_spelled(builder_name):
         assert through_builder.name == preset
         renamed = [w for w in caught if issubclass(w.category, DeprecationWarning)]
         assert bool(renamed) == ("max_sequence_length" in overrides)
-    if builder_name == "mini_bert":
+    if builder_name == "bert":
         with pytest.raises(ValueError, match="old name of `sequence_length`"):
             builder(preset=preset, sequence_length=8, max_sequence_length=8)
 
@@ -239,6 +239,6 @@ def test_builders_read_vocabulary_sizes_from_the_preprocessor_unless_given():
     with pytest.raises(ValueError, match="tokenizer"):  # a size the caller gives wins, and is checked
         models.translator(preset="transformer_tiny", vocabulary_size=5,
                           preprocessor=TranslatorPreprocessor(source, target, 8))
-    classifier = models.imdb_classifier(preset="imdb_tiny", sequence_length=8,
+    classifier = models.text_classifier(preset="imdb_tiny", sequence_length=8,
                                         preprocessor=TextClassifierPreprocessor(target, 8))
     assert classifier.token_embedding.vocabulary_size == 10

@@ -29,7 +29,7 @@ y = rng.integers(0, 2, (64,)).astype("int32")
 def train(distribute, weights):
     args = argparse.Namespace(seed=0, mixed_precision=False, distribute=distribute, model_parallel=1, preset=None)
     with common.setup(args):
-        model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
+        model = models.text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=16,
                                        dropout=0.0)
         if weights is not None:
             model.set_weights(weights)

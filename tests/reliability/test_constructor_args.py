@@ -13,20 +13,20 @@ CASES = [  # (what, build, argument named in the message)
      "num_decoder_layers"),
     ("a string size", lambda: models.translator(preset="transformer_tiny", encoder_vocabulary_size="100",
                                                 decoder_vocabulary_size=100), "encoder_vocabulary_size"),
-    ("a bool size", lambda: models.imdb_classifier(preset="imdb_tiny", vocabulary_size=True), "vocabulary_size"),
-    ("one class", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, num_classes=1), "num_classes"),
-    ("negative n-gram buckets", lambda: models.imdb_classifier(preset="imdb_bigram", **TEXT, ngram_buckets=-1),
+    ("a bool size", lambda: models.text_classifier(preset="imdb_tiny", vocabulary_size=True), "vocabulary_size"),
+    ("one class", lambda: models.text_classifier(preset="imdb_tiny", **TEXT, num_classes=1), "num_classes"),
+    ("negative n-gram buckets", lambda: models.text_classifier(preset="imdb_bigram", **TEXT, ngram_buckets=-1),
      "ngram_buckets"),
-    ("n-grams of one token", lambda: models.imdb_classifier(preset="imdb_bigram", **TEXT, ngram_size=1),
+    ("n-grams of one token", lambda: models.text_classifier(preset="imdb_bigram", **TEXT, ngram_size=1),
      "ngram_size"),
-    ("an n-gram size without buckets", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, ngram_size=3),
+    ("an n-gram size without buckets", lambda: models.text_classifier(preset="imdb_tiny", **TEXT, ngram_size=3),
      "ngram_size"),
-    ("a string mask flag", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, mask_padding="no"),
+    ("a string mask flag", lambda: models.text_classifier(preset="imdb_tiny", **TEXT, mask_padding="no"),
      "mask_padding"),
     ("zero channels", lambda: models.vit(preset="vit_tiny", channels=0), "channels"),
-    ("BERT classifier, one class", lambda: models.mini_bert_classifier(
-        models.mini_bert(preset="bert_tiny", **TEXT), 1), "num_classes"),
-    ("BERT layers 0", lambda: models.mini_bert(preset="bert_tiny", **TEXT, num_layers=0), "num_layers"),
+    ("BERT classifier, one class", lambda: models.bert_text_classifier(
+        models.bert(preset="bert_tiny", **TEXT), 1), "num_classes"),
+    ("BERT layers 0", lambda: models.bert(preset="bert_tiny", **TEXT, num_layers=0), "num_layers"),
     ("negative epsilon", lambda: models.causal_lm(preset="gpt_tiny", **TEXT, layer_norm_epsilon=-1.0),
      "layer_norm_epsilon"),
     ("NaN epsilon", lambda: blocks.TransformerEncoderBlock(2, 16, layer_norm_epsilon=float("nan")),
@@ -37,9 +37,9 @@ CASES = [  # (what, build, argument named in the message)
     ("a string head count", lambda: blocks.TransformerEncoderBlock("2", 16), "num_heads"),
     ("a bool expert count", lambda: blocks.TransformerEncoderBlock(2, 16, num_experts=True), "num_experts"),
     # An argument a task does not take is refused, not silently dropped by keras.Model.
-    ("unknown task argument", lambda: models.imdb_classifier(preset="imdb_tiny", **TEXT, layer_norm_epsilon=1e-6),
+    ("unknown task argument", lambda: models.text_classifier(preset="imdb_tiny", **TEXT, layer_norm_epsilon=1e-6),
      "layer_norm_epsilon"),
-    ("misspelled argument", lambda: models.mini_bert(preset="bert_tiny", **TEXT, num_layer=2), "num_layer"),
+    ("misspelled argument", lambda: models.bert(preset="bert_tiny", **TEXT, num_layer=2), "num_layer"),
 ]
 
 
@@ -50,6 +50,6 @@ def test_bad_constructor_arguments_name_the_argument(build, argument):
 
 
 def test_valid_arguments_still_build_and_round_trip_through_config():
-    model = models.imdb_classifier(preset="imdb_tiny", **TEXT, name="classifier", trainable=True)
+    model = models.text_classifier(preset="imdb_tiny", **TEXT, name="classifier", trainable=True)
     clone = type(model).from_config(model.get_config())
     assert clone.count_params() == model.count_params() and clone.name == "classifier"

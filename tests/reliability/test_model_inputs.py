@@ -11,7 +11,7 @@ IDS = np.ones((2, 8), "int32")
 
 @pytest.fixture(scope="module")
 def classifier():
-    return models.imdb_classifier(preset="imdb_tiny", vocabulary_size=50, sequence_length=8)
+    return models.text_classifier(preset="imdb_tiny", vocabulary_size=50, sequence_length=8)
 
 
 @pytest.mark.parametrize("x, message", [
@@ -39,9 +39,9 @@ def test_every_text_task_names_its_inputs():
     bad = {"encoder_token_ids": np.ones((1, 4), "int32"), "decoder_token_ids": np.full((1, 4), 20, "int32")}
     with pytest.raises(ValueError, match=r"`decoder_token_ids` must be in \[0, 20\)"):
         translator.predict(bad, verbose=0)
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=40, sequence_length=8, hidden_dim=16,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=40, sequence_length=8, hidden_dim=16,
                                 intermediate_dim=32)
-    bert = models.mini_bert_pretraining(backbone)
+    bert = models.bert_pretrainer(backbone)
     inputs = {"token_ids": IDS, "segment_ids": np.full((2, 8), 2, "int32"),
               "padding_mask": np.ones((2, 8), bool), "mask_positions": np.array([[1], [8]], "int32")}
     with pytest.raises(ValueError, match=r"`segment_ids` must be in \[0, 2\)"):

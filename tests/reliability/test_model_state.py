@@ -30,7 +30,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def classifier(tokenizer):
-    task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
+    task = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                   sequence_length=16, preprocessor=TextClassifierPreprocessor(tokenizer, 16))
     task.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
     return task
@@ -135,9 +135,9 @@ def test_every_task_checks_its_labels(tokenizer):
     vit = models.vit(preset="vit_tiny", num_classes=3)
     with pytest.raises(ValueError, match=r"`y` must be class ids in \[0, 3\)"):
         vit.fit(np.zeros((2, 28, 28, 1), "float32"), np.array([0, 3]), verbose=0)
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=size, sequence_length=8, hidden_dim=16,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=size, sequence_length=8, hidden_dim=16,
                                 intermediate_dim=32)
-    bert = models.mini_bert_pretraining(backbone)
+    bert = models.bert_pretrainer(backbone)
     inputs = {"token_ids": np.ones((2, 8), "int32"), "segment_ids": np.zeros((2, 8), "int32"),
               "padding_mask": np.ones((2, 8), bool), "mask_positions": np.ones((2, 1), "int32")}
     with pytest.raises(ValueError, match=r"`y\['nsp_logits'\]` must be class ids in \[0, 2\)"):
@@ -145,7 +145,7 @@ def test_every_task_checks_its_labels(tokenizer):
 
 
 def test_backbones_layers_and_losses_check_the_ids_they_can_see():
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=100, sequence_length=8, hidden_dim=16,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=100, sequence_length=8, hidden_dim=16,
                                 intermediate_dim=32)
     ids = np.ones((2, 8), "int32")
     inputs = {"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0}
@@ -185,9 +185,9 @@ def test_images_with_nan_pixels_no_pixels_or_mixed_channels(tokenizer):
 
 
 def test_fill_mask_refuses_masks_past_the_sequence_length(tokenizer):
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=tokenizer.vocabulary_size,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                 sequence_length=16, hidden_dim=16, intermediate_dim=32)
-    bert = models.mini_bert_pretraining(backbone, preprocessor=BertPreprocessor(tokenizer, 16, mask_positions=True))
+    bert = models.bert_pretrainer(backbone, preprocessor=BertPreprocessor(tokenizer, 16, mask_positions=True))
     assert len(bert.fill_mask("a [MASK] film [MASK]")) == 2
     with pytest.raises(ValueError, match=r"`texts\[1\]` has 20 \[MASK\] tokens, 6 of them past"):
         bert.fill_mask(["a [MASK]", " ".join(["[MASK]"] * 20)])
@@ -245,7 +245,7 @@ def test_load_names_the_path_of_anything_but_a_whole_keras_file(classifier, tmp_
 
 
 def test_labels_with_the_whole_output_shape_are_dense_targets(tokenizer):
-    task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=16)
+    task = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=16)
     task.compile("sgd", "categorical_crossentropy")
     one_hot = np.eye(2, dtype="float32")[[0, 1, 1, 0]]
     assert np.isfinite(task.fit(IDS, one_hot, verbose=0).history["loss"][0])

@@ -101,7 +101,7 @@ def _embedding(position):
 
 @pytest.fixture(scope="module")
 def classifier():
-    return models.imdb_classifier(preset="imdb_tiny", vocabulary_size=40, sequence_length=8)
+    return models.text_classifier(preset="imdb_tiny", vocabulary_size=40, sequence_length=8)
 
 
 @settings(max_examples=15)
@@ -219,7 +219,7 @@ def served(tokenizer, tmp_path_factory):
 
     from kformer import export
     from kformer.data.preprocessors import TextClassifierPreprocessor
-    model = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
+    model = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                    sequence_length=16, preprocessor=TextClassifierPreprocessor(tokenizer, 16))
     path = export.export_for_serving(model, tmp_path_factory.mktemp("served") / "imdb")
     return tf.saved_model.load(str(path)).signatures["serving_default"]

@@ -56,7 +56,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def classifier(tokenizer):
-    task = models.imdb_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
+    task = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size,
                                   sequence_length=8, preprocessor=TextClassifierPreprocessor(tokenizer, 8))
     task.compile("sgd", "sparse_categorical_crossentropy")
     return task
@@ -165,9 +165,9 @@ def test_generate_answers_or_names_the_argument(language_model, prompts, max_len
 
 @pytest.fixture(scope="module")
 def bert(tokenizer):
-    backbone = models.mini_bert(preset="bert_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=8,
+    backbone = models.bert(preset="bert_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=8,
                                 hidden_dim=16, intermediate_dim=32)
-    return models.mini_bert_pretraining(backbone, preprocessor=BertPreprocessor(tokenizer, 8, mask_positions=True))
+    return models.bert_pretrainer(backbone, preprocessor=BertPreprocessor(tokenizer, 8, mask_positions=True))
 
 
 @settings(max_examples=15)

@@ -9,6 +9,7 @@ opens in `transformers`; each family module keeps one table of (Hugging Face ten
 variable, transform) that serves both directions.
 """
 
+from kformer.models import task as task_module
 from kformer.models.pretrained.common import read_config, resolve
 
 FAMILIES = ("bert", "gpt2", "vit")
@@ -90,3 +91,6 @@ def save(task, folder, overwrite=False):
     if not isinstance(overwrite, bool):
         raise ValueError(f"`overwrite` must be a bool. Received: overwrite={overwrite!r}")
     return family.save(task, folder, overwrite=overwrite)
+
+
+task_module.PRETRAINED_WRITERS["huggingface"] = save  # `KformerModel.save_pretrained`

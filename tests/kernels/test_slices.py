@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kformer.layers.slices import slice_rows, traced_for_xla, write_slice
+from kformer.kernels.slices import slice_rows, traced_for_xla, write_slice
 
 CASES = [  # (inputs shape, start, updates shape): a decoding buffer, a cache write, a prefill, all of it
     ((2, 5), [0, 3], (2, 1)),

@@ -1,0 +1,104 @@
+"""The decoding protocol: what a task that generates tokens implements for `kformer.models.generate`.
+
+Like keras-hub's `call_with_cache`, a generative task runs its own decoder
+one step at a time through per-block key/value caches; `generate` owns the
+search (greedy, beam, sampling) and calls these methods only. `Translator`
+and `CausalLM` implement it; each method is the task's readable computation
+through its layers' `call`s.
+"""
+
+from keras import ops
+
+from kformer.models.task import Task
+
+NEG_INF = -1e9  # the logit of a token that must not be chosen
+
+
+class GenerativeTask(Task):
+    """A `Task` that generates tokens through key/value caches (the decoding protocol).
+
+    Subclasses implement `decoder_parts`, `prefill`, `call_with_cache`,
+    `call_without_cache`, `repeat_context` and `generated_tokens`, and set
+    `decoding_family` (`"translator"`: a source in, `[START]` first;
+    `"causal"`: a prompt continued). `generate` checks its arguments against
+    `decoding_limits()`.
+
+    Example:
+
+    >>> from kformer import models
+    >>> lm = models.causal_lm(preset="gpt_tiny", vocabulary_size=50)
+    >>> isinstance(lm, GenerativeTask), lm.decoding_limits()["vocabulary_size"]
+    (True, 50)
+    """
+
+    decoding_family = None
+
+    def decoder_parts(self):
+        """`(embedding, blocks, final_norm or None, output_projection or None)`: the layers a decoding step runs
+        (the output projection is None when it is the embedding's table, transposed)."""
+        raise NotImplementedError
+
+    def prefill(self, token_ids, max_length, start_token_id, use_cache):
+        """The state before the first generated token: `(tokens, prompt, start, cache, context, logits)`.
+
+        `tokens` int `(batch, length)` is the buffer the loop writes, `prompt`
+        bool `(batch, length)` marks positions forced to the given tokens,
+        `start` the first position to write, `cache` one
+        `(batch, 2, length, heads, head_dim)` tensor a block, `context` what
+        every step reads (encoder outputs, ...), `logits` `(batch, vocab)` for
+        position `start`.
+        """
+        raise NotImplementedError
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
+        """`token_ids` `(batch, n)` at positions `cache_update_index..` through the cached decoder:
+        `(logits (batch, n, vocab) float32, updated cache)`. `cache_padding_mask` `(batch, length)`:
+        cache positions that may be attended (default: every position written so far)."""
+        raise NotImplementedError
+
+    def call_without_cache(self, tokens, index, context):
+        """The reference without a cache: the decoder over the whole buffer, logits `(batch, vocab)` at `index`."""
+        raise NotImplementedError
+
+    def repeat_context(self, context, beams):
+        """`context` with each row repeated `beams` times (beam search)."""
+        raise NotImplementedError
+
+    def generated_tokens(self, tokens):
+        """The part of the final buffer that `generate` returns."""
+        raise NotImplementedError
+
+    def decoding_limits(self):
+        """`{"vocabulary_size", "source_vocabulary_size", "position_limit"}`: what `generate` checks ids and
+        lengths against (`position_limit`: the learned positions, or None)."""
+        embedding = self.decoder_parts()[0]
+        source = getattr(self, "encoder_embedding", embedding)
+        limit = embedding.sequence_length if embedding.position == "learned" else None
+        return {"vocabulary_size": embedding.vocabulary_size, "source_vocabulary_size": source.vocabulary_size,
+                "position_limit": limit}
+
+    def empty_cache(self, batch, length, dtype):
+        """One zero `(batch, 2, length, heads, head_dim)` cache a decoder block, as a tuple."""
+        blocks = self.decoder_parts()[1]
+        attention = blocks[0].self_attention
+        return tuple(ops.zeros((batch, 2, length, attention.num_heads, attention.key_dim), dtype=dtype)
+                     for _ in blocks)
+
+    def logits(self, hidden):
+        """Decoder outputs `(batch, n, hidden_dim)` -> float32 logits `(batch, n, vocab)`; id 0 (padding)
+        is never chosen."""
+        embedding, _, norm, projection = self.decoder_parts()
+        if norm is not None:
+            hidden = norm(hidden)
+        logits = embedding(hidden, reverse=True) if projection is None else projection(hidden)
+        return ops.where(ops.arange(embedding.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
+
+    def _run_blocks(self, x, cache, cache_update_index, cache_padding_mask=None, **cross):
+        """Every decoder block on `x` through its cache: `(x, updated cache)`."""
+        updated = []
+        for i, block in enumerate(self.decoder_parts()[1]):
+            kwargs = {key: value[i] if key == "cross_attention_cache" else value for key, value in cross.items()}
+            x, block_cache = block(x, self_attention_cache=cache[i], decoder_padding_mask=cache_padding_mask,
+                                   self_attention_cache_update_index=cache_update_index, **kwargs)[:2]
+            updated.append(block_cache)
+        return x, tuple(updated)

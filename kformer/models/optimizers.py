@@ -1,0 +1,80 @@
+"""Training setups the recipes share: warmup + cosine AdamW, and how a BERT pretrainer is compiled.
+
+Recipes and benchmarks call these, so a benchmark trains with the recipe's
+optimizer without importing the recipe.
+"""
+
+import keras
+
+
+def warmup_cosine(peak, steps, warmup_fraction=0.1):
+    """Learning rate schedule: linear warmup to `peak` over `warmup_fraction` of `steps`, then cosine decay to 0.
+
+    Args:
+        peak: float. The learning rate at the end of the warmup.
+        steps: int. Optimizer steps of the whole run.
+        warmup_fraction: float. Share of `steps` spent warming up. Defaults to `0.1`.
+
+    Returns:
+        A `keras.optimizers.schedules.CosineDecay`.
+
+    Example:
+
+    >>> schedule = warmup_cosine(1e-3, steps=100)
+    >>> round(float(schedule(10)), 6), round(float(schedule(100)), 6)
+    (0.001, 0.0)
+    """
+    warmup = int(steps * warmup_fraction)
+    return keras.optimizers.schedules.CosineDecay(0.0, max(1, steps - warmup), warmup_target=peak,
+                                                  warmup_steps=warmup)
+
+
+def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1):
+    """AdamW with `warmup_cosine(peak, steps, warmup_fraction)`: the recipes' optimizer.
+
+    Args:
+        peak: float. Peak learning rate.
+        steps: int. Optimizer steps of the whole run.
+        weight_decay: float. Defaults to `0.01` (BERT's; the ViT recipe passes its `--weight-decay`).
+        warmup_fraction: float. Defaults to `0.1`.
+
+    Example:
+
+    >>> optimizer = adamw(5e-4, steps=1000, weight_decay=0.05)
+    >>> type(optimizer).__name__, optimizer.weight_decay
+    ('AdamW', 0.05)
+    """
+    return keras.optimizers.AdamW(warmup_cosine(peak, steps, warmup_fraction), weight_decay=weight_decay)
+
+
+def compile_bert_pretrainer(model, optimizer, objective="mlm_nsp", jit_compile="auto"):
+    """Compile a `BertPretrainer` for `objective`: `"mlm_nsp"` (masked LM + next sentence) or `"mlm"`.
+
+    The masked-token loss is averaged over real masks (`mean_with_sample_weight`);
+    with `"mlm"` there is no NSP loss or metric, and the pooler and NSP head,
+    which only NSP trains, are frozen (Liu et al. 2019, RoBERTa).
+
+    Args:
+        model: `BertPretrainer`.
+        optimizer: a Keras optimizer, e.g. `adamw(1e-3, steps)`.
+        objective: str. `"mlm_nsp"` or `"mlm"`. Defaults to `"mlm_nsp"`.
+        jit_compile: passed to `model.compile`. Defaults to `"auto"`.
+
+    Example:
+
+    >>> from kformer import models
+    >>> model = models.bert_pretrainer(models.bert(preset="bert_tiny", vocabulary_size=100, sequence_length=8))
+    >>> compile_bert_pretrainer(model, adamw(1e-3, 10), objective="mlm")
+    >>> model.nsp_head.trainable
+    False
+    """
+    if objective not in ("mlm_nsp", "mlm"):
+        raise ValueError(f"`objective` must be 'mlm_nsp' or 'mlm'. Received: objective={objective!r}")
+    nsp = objective == "mlm_nsp"
+    heads = ["mlm_logits", "nsp_logits"] if nsp else ["mlm_logits"]
+    losses = {"mlm_logits": keras.losses.SparseCategoricalCrossentropy(
+                  from_logits=True, reduction="mean_with_sample_weight"),
+              "nsp_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
+    model.backbone.pooler.trainable = model.nsp_head.trainable = nsp
+    model.compile(optimizer, loss={head: losses[head] for head in heads},
+                  weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads}, jit_compile=jit_compile)
