@@ -1,7 +1,7 @@
 """Fast paths, kept apart from the readable layers and each tested equal to the path it replaces.
 
-- `attention.fused_attention`: attention in one fused op (flash attention on GPUs) where it is
-  equal to `MultiHeadAttention`'s explicit softmax and not slower.
+- `attention.fast_attention`: `MultiHeadAttention`'s explicit softmax in one fused op (flash
+  attention on GPUs), or one head at a time on a JAX CPU.
 - `decoding.PlainDecoder`: a cached decoding step on the weights as plain matrices, without a Keras
   `__call__` per sublayer, for the decoding loops of `kformer.models.generate`.
 - `slices.write_slice` / `slice_rows`: a cache write TensorFlow runs without XLA (as TF Serving

@@ -16,6 +16,7 @@ import math
 import keras
 from keras import ops
 
+from kformer.kernels.attention import per_head_attention
 from kformer.kernels.slices import slice_rows, write_slice
 from kformer.layers import masks
 from kformer.layers.checks import known_index
@@ -150,8 +151,8 @@ def _one_query(q, k, v, mask, scale):
     dim)`, a product and a sum each way in float32. `mask`: bool `(batch or 1, 1, k_len)` or None."""
     if k.shape[1] == 1:  # one key: its value (softmax's only weight is 1)
         return v
-    if keras.backend.backend() == "jax":  # XLA:CPU runs the fused op faster than products and sums here
-        return ops.dot_product_attention(q, k, v, mask=None if mask is None else mask[:, None], scale=scale)
+    if keras.backend.backend() == "jax":  # as the layer attends on a JAX CPU (faster there than the sums below)
+        return per_head_attention(q, k, v, mask, scale, None, False)
     if keras.backend.backend() == "torch":  # the tensors' own matmuls: no `keras.ops` dispatch a call
         scores = (q.transpose(1, 2) * scale) @ k.permute(0, 2, 3, 1)  # (batch, heads, 1, k_len)
         if mask is not None:

@@ -172,13 +172,13 @@ def test_bad_arguments_raise_clear_errors(kwargs, call, match):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_fused_attention_gives_the_explicit_numbers_or_steps_aside(monkeypatch, dtype):
-    """`kernels.attention.fused_attention` (no scores asked) equals the explicit softmax path (scores
-    asked), with padding, an attention mask, causality, one query and one key; where it does not
-    apply it returns None and the layer computes the explicit path."""
+def test_fast_attention_gives_the_explicit_numbers(monkeypatch, dtype):
+    """`kernels.attention.fast_attention` (no scores asked: fused, or per head on a JAX CPU) equals the
+    explicit softmax path (scores asked), with padding, an attention mask, causality, one query and
+    one key."""
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
-    calls, fused = [], attention.fused_attention
-    monkeypatch.setattr(attention, "fused_attention", lambda *a: calls.append(fused(*a)) or calls[-1])
+    calls, fast = [], attention.fast_attention
+    monkeypatch.setattr(attention, "fast_attention", lambda *a: calls.append(fast(*a)) or calls[-1])
     kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
     cases = [((QUERY, QUERY), kwargs), ((QUERY[:, 2:3], QUERY), {}), ((QUERY[:, 2:3], QUERY[:, :1]), {})]
     for args, kw in cases:
@@ -187,16 +187,16 @@ def test_fused_attention_gives_the_explicit_numbers_or_steps_aside(monkeypatch, 
         assert keras.backend.standardize_dtype(got.dtype) == dtype
         np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
                                    atol=1e-5 if dtype == "float32" else 3e-2)
-    skipped = keras.backend.backend() == "jax" and dtype == "float16"  # XLA:CPU does not compile it
-    assert len(calls) == 3 and all((c is None) == skipped for c in calls)
+    assert len(calls) == 3 and all(c is not None for c in calls)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="a torch CPU's bfloat16 attention backward")
 def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_bfloat16")
     q = ops.cast(ops.convert_to_tensor(QUERY.reshape(2, 6, 2, 4)), "bfloat16")
-    assert attention.fused_attention(q, q, q, None, 0.5, True) is None  # training: explicit
-    assert attention.fused_attention(q, q, q, None, 0.5, False) is not None  # inference: fused
+    no_dropout = keras.layers.Dropout(0.0)
+    assert attention.fast_attention(q, q, q, None, 0.5, True, no_dropout) is None  # training: explicit
+    assert attention.fast_attention(q, q, q, None, 0.5, False, no_dropout) is not None  # inference: fused
     inference = layer(QUERY, QUERY, value_mask=PADDING, training=False)
     training = layer(QUERY, QUERY, value_mask=PADDING, training=True)
     assert {keras.backend.standardize_dtype(t.dtype) for t in (training, inference)} == {"bfloat16"}
@@ -205,6 +205,7 @@ def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path():
 
 
 def test_attention_dropout_drops_probabilities_in_training_only():
+    """Explicit path (scores asked) or fast path (JAX CPU: per head): dropout only when training."""
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5)
     inference = to_numpy(layer(QUERY, QUERY, training=False))
     _, scores = layer(QUERY, QUERY, return_attention_scores=True, training=False)
