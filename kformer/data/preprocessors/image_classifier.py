@@ -104,22 +104,3 @@ def _check_finite_pixels(name, image):
         bad = int(tf.size(image)) - int(tf.reduce_sum(tf.cast(tf.math.is_finite(image), tf.int32)))
         raise ValueError(f"`{name}` must hold finite pixels: {bad} are NaN or infinite. Received: "
                          f"{name}.shape={tuple(image.shape)}")
-
-
-def _check_image_shape(name, shape, batched):
-    """A ValueError naming `name` unless `shape` is `([batch,] height >= 1, width >= 1, 1, 3 or 4)`."""
-    rank = 4 if batched else 3
-    what = f"{'(batch, ' if batched else '('}height, width, channels) with channels 1, 3 or 4 (RGBA: alpha dropped)"
-    if len(shape) != rank or shape[-1] not in (1, 3, 4):
-        raise ValueError(f"`{name}` must be {what}. Received: {name}.shape={tuple(shape)}")
-    if 0 in tuple(shape)[-3:-1]:
-        raise ValueError(f"`{name}` is empty ({shape[-3]}x{shape[-2]} pixels): expected at least 1x1. Received: "
-                         f"{name}.shape={tuple(shape)}")
-
-
-def _check_finite_pixels(name, image):
-    """A ValueError naming `name` when a float image holds NaN or infinite pixels (no class is right)."""
-    if image.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(image))):
-        bad = int(tf.size(image)) - int(tf.reduce_sum(tf.cast(tf.math.is_finite(image), tf.int32)))
-        raise ValueError(f"`{name}` must hold finite pixels: {bad} are NaN or infinite. Received: "
-                         f"{name}.shape={tuple(image.shape)}")
