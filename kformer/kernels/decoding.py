@@ -165,8 +165,8 @@ def _one_query(q, k, v, mask, scale):
 
 
 def _reshape(x, shape):
-    """`ops.reshape`; on torch the tensor's own `.reshape` (eager `ops.reshape` searched `shape` for symbolic
-    tensors: tens of microseconds a call, a dozen calls a step)."""
+    """`ops.reshape`; on torch the tensor's own `.reshape` (eager `ops.reshape` searches `shape` for symbolic
+    tensors on every call, a dozen calls a step)."""
     return x.reshape(shape) if keras.backend.backend() == "torch" else ops.reshape(x, shape)
 
 
