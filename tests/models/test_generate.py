@@ -19,6 +19,16 @@ def translator():
     return small_model("transformer_tiny")
 
 
+GREEDY = dict(max_length=8, start_token_id=START, end_token_id=END)
+
+
+@pytest.fixture(scope="module")
+def greedy(translator):
+    """Greedy decoding of SOURCE with GREEDY's settings, which several tests compare against: decoded
+    once (`generate` keeps one compiled loop, so each test that switched settings compiled it again)."""
+    return models.generate(translator, SOURCE, **GREEDY)
+
+
 def banned(row, t, n):
     """Tokens that would repeat an n-gram of row[:t] at position t (plain Python)."""
     tail = tuple(row[t - n + 1:t]) if n > 1 else ()
@@ -45,15 +55,12 @@ def naive_greedy(model, source, max_length, no_repeat_ngram_size=0):
     return tokens[:, 1:]
 
 
-def test_cached_greedy_equals_naive_greedy(translator):
-    cached = models.generate(translator, SOURCE, max_length=8, start_token_id=START, end_token_id=END)
-    np.testing.assert_array_equal(cached, naive_greedy(translator, SOURCE, 8))
+def test_cached_greedy_equals_naive_greedy(translator, greedy):
+    np.testing.assert_array_equal(greedy, naive_greedy(translator, SOURCE, 8))
 
 
-def test_cached_greedy_equals_compiled_recompute(translator):
-    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
-    np.testing.assert_array_equal(models.generate(translator, SOURCE, **kwargs),
-                                  models.generate(translator, SOURCE, use_cache=False, **kwargs))
+def test_cached_greedy_equals_compiled_recompute(translator, greedy):
+    np.testing.assert_array_equal(greedy, models.generate(translator, SOURCE, use_cache=False, **GREEDY))
 
 
 def test_a_batch_runs_at_its_bucket_and_each_row_decodes_as_alone(translator, monkeypatch):
@@ -78,9 +85,8 @@ def ngram_repeats(row, n):
     return len(grams) - len(set(grams))
 
 
-def test_no_repeat_ngram_equals_naive_greedy_with_the_ban(translator, n=2):
-    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
-    plain = models.generate(translator, SOURCE, **kwargs)
+def test_no_repeat_ngram_equals_naive_greedy_with_the_ban(translator, greedy, n=2):
+    kwargs, plain = GREEDY, greedy
     cached = models.generate(translator, SOURCE, no_repeat_ngram_size=n, **kwargs)
     np.testing.assert_array_equal(cached, naive_greedy(translator, SOURCE, 8, no_repeat_ngram_size=n))
     with_start = np.concatenate([np.full((len(SOURCE), 1), START), cached], 1)
@@ -110,10 +116,9 @@ def test_no_repeat_ngram_counts_the_prompt_of_a_language_model():
         assert not set(generated) & set(grams[:length - 1]) and len(set(generated)) == len(generated)
 
 
-def test_generation_stops_at_the_end_token(translator):
-    free = models.generate(translator, SOURCE, max_length=6, start_token_id=START, end_token_id=END)
-    end = int(free[0, 0])  # row 0's first token: row 0 must stop right there
-    out = models.generate(translator, SOURCE, max_length=6, start_token_id=START, end_token_id=end)
+def test_generation_stops_at_the_end_token(translator, greedy):
+    end = int(greedy[0, 0])  # row 0's first token: row 0 must stop right there
+    out = models.generate(translator, SOURCE, max_length=8, start_token_id=START, end_token_id=end)
     assert out[0, 0] == end and np.all(out[0, 1:] == 0)
     for row in out:  # every row: nothing but padding after its first end token
         ends = np.flatnonzero(row == end)
@@ -121,18 +126,16 @@ def test_generation_stops_at_the_end_token(translator):
             assert np.all(row[ends[0] + 1 :] == 0)
 
 
-def test_one_beam_and_top_k_one_equal_greedy(translator):
-    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
-    greedy = models.generate(translator, SOURCE, **kwargs)
+def test_one_beam_and_top_k_one_equal_greedy(translator, greedy):
+    kwargs = GREEDY
     np.testing.assert_array_equal(models.generate(translator, SOURCE, strategy="beam", num_beams=1,
                                                   **kwargs), greedy)
     np.testing.assert_array_equal(models.generate(translator, SOURCE, strategy="top_k", k=1, seed=3,
                                                   **kwargs), greedy)
 
 
-def test_beam_search_scores_at_least_greedy(translator):
-    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END)
-    greedy = models.generate(translator, SOURCE, **kwargs)
+def test_beam_search_scores_at_least_greedy(translator, greedy):
+    kwargs = GREEDY
     beam = models.generate(translator, SOURCE, strategy="beam", num_beams=4, length_penalty=0.0, **kwargs)
 
     def log_prob(tokens):
@@ -156,9 +159,10 @@ def test_sampling_is_seeded_and_respects_top_k(translator):
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
-def test_max_length_ratio_stops_each_row_by_its_source_length(translator, strategy):
-    kwargs = dict(max_length=8, start_token_id=START, end_token_id=END, strategy=strategy, num_beams=2)
-    free = models.generate(translator, SOURCE, **kwargs)
+def test_max_length_ratio_stops_each_row_by_its_source_length(translator, greedy, strategy):
+    kwargs = dict(GREEDY, strategy=strategy, num_beams=2)
+    # greedy ignores num_beams: its free run is the `greedy` fixture's
+    free = greedy if strategy == "greedy" else models.generate(translator, SOURCE, **kwargs)
     capped = models.generate(translator, SOURCE, max_length_ratio=0.5, max_length_offset=1, **kwargs)
     limits = np.count_nonzero(SOURCE, axis=1) // 2 + 1  # sources of 7, 4, 7 tokens: 4, 3, 4
     assert limits.tolist() == [4, 3, 4] and np.count_nonzero(free, axis=1).max() > 4  # the limit binds

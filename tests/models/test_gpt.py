@@ -53,8 +53,15 @@ def test_ragged_prompts_continue_as_each_prompt_alone(lm):
     np.testing.assert_array_equal(together[:, :4][PROMPTS != 0], PROMPTS[PROMPTS != 0])  # prompts kept
 
 
-def test_strategies():
-    lm = small_model("gpt_tiny")
+@pytest.fixture(scope="module")
+def gpt():
+    """The default small language model (learned positions), built once for the tests below."""
+    keras.utils.set_random_seed(1337)  # the weights each test built under conftest's seed before
+    return small_model("gpt_tiny")
+
+
+def test_strategies(gpt):
+    lm = gpt
     greedy = lm.generate(PROMPTS, max_length=MAX)
     np.testing.assert_array_equal(lm.generate(PROMPTS, max_length=MAX, strategy="beam", num_beams=1), greedy)
     np.testing.assert_array_equal(lm.generate(PROMPTS, max_length=MAX, strategy="top_k", k=1, seed=0), greedy)
@@ -98,10 +105,9 @@ def test_generation_stops_at_the_end_token(lm):
     (PROMPTS, {"temperature": float("nan")}, "temperature=nan"),
     (PROMPTS, {"max_length": 9.0}, "max_length=9.0"),
 ])
-def test_bad_input_is_named(prompts, kwargs, match):
-    model = small_model("gpt_tiny")
+def test_bad_input_is_named(gpt, prompts, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        model.generate(prompts, **{"max_length": 10, **kwargs})
+        gpt.generate(prompts, **{"max_length": 10, **kwargs})
 
 
 def test_gpt2_small_layout():

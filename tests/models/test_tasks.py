@@ -157,6 +157,7 @@ def test_vit_predicts_images_of_any_size(tmp_path):
     assert models.load(tmp_path / "vit.keras").predict_labels(batch) == model.predict_labels(batch)
 
 
+@pytest.mark.only_backend("torch")  # argument checks and config merging: no backend code of its own
 def test_raw_input_without_a_preprocessor_is_a_clear_error():
     model = models.translator(preset="transformer_tiny", vocabulary_size=50)
     with pytest.raises(ValueError, match=r"`translate` needs a preprocessor"):
@@ -165,6 +166,7 @@ def test_raw_input_without_a_preprocessor_is_a_clear_error():
         models.translator(preset="transformer_tiny", vocabulary_size=50, preprocessor="a tokenizer")
 
 
+@pytest.mark.only_backend("torch")  # argument checks and config merging: no backend code of its own
 def test_preprocessor_must_fit_the_model(tokenizer):
     small = models.text_classifier(preset="imdb_tiny", vocabulary_size=50, sequence_length=16)
     with pytest.raises(ValueError, match=r"`tokenizer` has \d+ tokens, but the model's vocabulary holds 50"):
@@ -198,6 +200,7 @@ def _observed(builder_name, model):
     return model.vocabulary_size, model.sequence_length
 
 
+@pytest.mark.only_backend("torch")  # argument checks and config merging: no backend code of its own
 @pytest.mark.parametrize("builder_name", sorted(OVERRIDES))
 def test_preset_overrides_merge_however_spelled(builder_name):
     builder = getattr(models, builder_name)
@@ -216,6 +219,7 @@ def test_preset_overrides_merge_however_spelled(builder_name):
             builder(preset=preset, sequence_length=8, max_sequence_length=8)
 
 
+@pytest.mark.only_backend("torch")  # argument checks and config merging: no backend code of its own
 def test_no_code_finds_a_model_part_by_name():
     pattern = re.compile(r"get_layer\(")
     hits = [f"{path}:{n}" for folder in ("kformer", "recipes") for path in (ROOT / folder).rglob("*.py")
@@ -223,6 +227,7 @@ def test_no_code_finds_a_model_part_by_name():
     assert not hits, hits
 
 
+@pytest.mark.only_backend("torch")  # argument checks and config merging: no backend code of its own
 def test_builders_read_vocabulary_sizes_from_the_preprocessor_unless_given():
     from kformer.data.preprocessors import TextClassifierPreprocessor, TranslatorPreprocessor
     from kformer.data.wordpiece import WordPieceTokenizer
