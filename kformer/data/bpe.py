@@ -25,6 +25,8 @@ from kformer.data.lm import pack, windows_dataset
 from kformer.data.preprocessors import Preprocessor, as_strings
 
 END_TOKEN = "<|endoftext|>"
+NUL_MESSAGE = ("A text holds a NUL character (\\x00): keras-hub's byte-pair tokenizer drops it and everything "
+               "after it. Remove it.")
 
 
 def gpt2_tokenizer(folder=None, vocabulary=None, merges=None):
@@ -135,6 +137,10 @@ class GPT2CausalLMPreprocessor(Preprocessor):
         self._end_token_id = end_token_id
         self._tokenize = self._detokenize = None
 
+    # keras-hub's BPE splits words with tensorflow-text's regex op, which the stock TF Serving binary
+    # lacks: a SavedModel of this preprocessor takes token ids in (`kformer.export.signatures`).
+    tokenizes_in_core_tensorflow = False
+
     @classmethod
     def from_folder(cls, folder, sequence_length, end_token_id=None, **kwargs):
         """The preprocessor of a checkpoint folder holding `vocab.json` and `merges.txt`."""
@@ -148,6 +154,10 @@ class GPT2CausalLMPreprocessor(Preprocessor):
         """Texts (str, list, string array or tensor) -> int32 `tf.RaggedTensor` `(batch, None)`, on every
         backend (one traced TensorFlow function; keras-hub returns lists eagerly off TensorFlow)."""
         texts = as_strings(texts, "texts")
+        for i, text in enumerate(texts.numpy()):
+            if b"\0" in text:
+                raise ValueError(f"`texts`[{i}] holds a NUL character (\\x00): keras-hub's byte-pair tokenizer drops "
+                                 f"it and everything after it. Remove it. Received: {text[:80]!r}")
         parts = [self._tokenizer_function()(texts[i:i + 2048]) for i in range(0, int(tf.shape(texts)[0]), 2048)]
         return tf.concat(parts, axis=0) if parts else tf.ragged.constant([], tf.int32, ragged_rank=1)
 
@@ -155,8 +165,12 @@ class GPT2CausalLMPreprocessor(Preprocessor):
         """String tensor `(batch,)` -> int32 `tf.RaggedTensor`: keras-hub's TensorFlow path, traced once
         (also called inside `encode`'s and tf.data's graphs)."""
         if self._tokenize is None:
-            self._tokenize = tf.function(lambda t: tf.cast(self.byte_pair_tokenizer.tokenize(t), tf.int32),
-                                         input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+            def tokenize(texts):
+                nul = tf.reduce_any(tf.strings.regex_full_match(texts, r"(?s).*\x00.*"))
+                with tf.control_dependencies([tf.debugging.Assert(tf.logical_not(nul), [NUL_MESSAGE])]):
+                    return tf.cast(self.byte_pair_tokenizer.tokenize(tf.identity(texts)), tf.int32)
+            self._tokenize = tf.function(tokenize, input_signature=[tf.TensorSpec([None], tf.string)],
+                                         autograph=False)
         return self._tokenize
 
     @property
@@ -210,11 +224,21 @@ class GPT2CausalLMPreprocessor(Preprocessor):
         ids = np.asarray(keras.ops.convert_to_numpy(token_ids))
         if ids.ndim == 1:
             ids = ids[None]
-        rows = tf.ragged.constant([[int(t) for t in row if t != 0 and t != self.end_token_id] for row in ids],
-                                  tf.int32, ragged_rank=1)
         if self._detokenize is None:
-            self._detokenize = tf.function(self.byte_pair_tokenizer.detokenize, autograph=False, reduce_retracing=True)
-        return [t.decode("utf-8", errors="replace") for t in self._detokenize(rows).numpy()]
+            self._detokenize = tf.function(self.detokenize_tensor, autograph=False, reduce_retracing=True)
+        texts = self._detokenize(tf.constant(ids.astype("int32").reshape(len(ids), -1)))
+        return [t.decode("utf-8", errors="replace") for t in texts.numpy()]
+
+    def detokenize_tensor(self, token_ids):
+        """int tensor `(batch, length)` -> string tensor `(batch,)`, ids 0 and `<|endoftext|>` dropped.
+
+        Core TensorFlow ops only (a table lookup, then the byte-level map back to
+        UTF-8 bytes), so a stock TF Serving runs it; keras-hub's tokenizing needs
+        tensorflow-text's regex split, which it does not have.
+        """
+        ids = tf.cast(token_ids, tf.int32)
+        keep = tf.not_equal(ids, 0) & tf.not_equal(ids, self.end_token_id)
+        return self.byte_pair_tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
 
     def dataset(self, x, y=None, sample_weight=None, *, batch_size=32, shuffle=False, seed=0):
         if isinstance(x, tf.data.Dataset) or sample_weight is not None or y is not None:

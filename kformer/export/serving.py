@@ -19,7 +19,7 @@ import keras
 
 from kformer.export import warmup
 from kformer.export.preprocessing import default_preprocessor
-from kformer.export.signatures import SIGNATURES
+from kformer.export.signatures import SIGNATURES, signature_set
 from kformer.export.versioning import write_new_version
 from kformer.export.worker import write_in_tensorflow
 from kformer.models.decoding_options import check_export_options
@@ -167,6 +167,7 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
         task_type, sequence_length=preprocessor.sequence_length, position_limit=limit, max_length=max_length,
         num_beams=num_beams, top_p=top_p, temperature=temperature, no_repeat_ngram_size=no_repeat_ngram_size,
         xla=xla, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
+    options["signatures"] = signature_set(task_type, preprocessor)
     if task_type == "fill_mask":
         options["top_k"] = check_top_k(top_k, preprocessor.tokenizer.vocabulary_size)  # as `fill_mask`
     return preprocessor, options

@@ -106,6 +106,55 @@ def generate_text(strategy):
     return make
 
 
+def generate_from_ids(strategy):
+    """`prompt_ids` int32 `(batch, length)` (+ `seed` when sampling) -> `completion`, `text`, `completion_ids`,
+    `token_ids`: for a preprocessor whose tokenizer needs ops a stock TF Serving lacks (GPT-2's BPE).
+
+    Each row of `prompt_ids` is a prompt's token ids, right-padded with 0 (as
+    `preprocessor.prompt_ids` gives them); at most `max_length - 1` are kept,
+    the beginning. A row with no token, a token after padding or an id outside
+    the vocabulary is INVALID_ARGUMENT naming the row. The texts are
+    detokenized in the graph (core ops).
+    """
+    def make(task, preprocessor, options):
+        from kformer.models.generate import decode_function
+
+        max_length = options["max_length"]
+        decode = decode_function(task, strategy=strategy, max_length=max_length,
+                                 end_token_id=preprocessor.end_token_id, p=options["top_p"],
+                                 temperature=options["temperature"],
+                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+        vocabulary_size = preprocessor.tokenizer.vocabulary_size
+
+        def complete(prompt_ids, seed=None):
+            with tf.control_dependencies([_check_prompt_ids(prompt_ids, vocabulary_size)]):
+                ids = trim_width(tf.identity(prompt_ids)[:, :max_length - 1])
+            noise = None
+            if seed is not None:
+                noise = tf.random.stateless_uniform([tf.shape(ids)[0], max_length],
+                                                    seed=tf.stack([tf.cast(seed, tf.int64), 0]))
+            tokens = decode(ids, noise)
+            generated = strip_prompt(tokens, ids)
+            return {"completion": preprocessor.detokenize_tensor(generated),
+                    "text": preprocessor.detokenize_tensor(tokens), "completion_ids": generated, "token_ids": tokens}
+        return complete
+    return make
+
+
+def _check_prompt_ids(prompt_ids, vocabulary_size):
+    """An assert op: each row holds at least one token, no token after its padding, ids in the vocabulary."""
+    real = tf.not_equal(prompt_ids, 0)
+    bad = (tf.reduce_any(tf.logical_not(real[:, :-1]) & real[:, 1:], axis=1)  # a token after padding
+           | tf.logical_not(tf.reduce_any(real, axis=1))  # empty
+           | tf.reduce_any((prompt_ids < 0) | (prompt_ids >= vocabulary_size), axis=1))
+    row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    message = tf.strings.format(
+        "`prompt_ids`[{}] = {} is not a prompt: expected token ids in [1, %d) followed only by 0 (padding), at "
+        "least one token. Token id 0 is padding in kformer (GPT-2's `!`)." % vocabulary_size,
+        (row, tf.gather(prompt_ids, row)), summarize=16)
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message])
+
+
 def fill_mask(task, preprocessor, options):
     """Text with [MASK] tokens -> top-k `tokens` / `scores` / `token_ids` `(batch, masks, k)`, `num_masks`.
 
@@ -240,6 +289,8 @@ def _png():
 TEXT = {"text": (tf.string, [None])}
 TEXT_WARMUP = lambda: {"text": np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)}  # noqa: E731
 PROMPT_WARMUP = lambda: {"prompt": np.array([b"The movie was", b""], dtype=object)}  # noqa: E731
+IDS_OUTPUTS = ("completion", "text", "completion_ids", "token_ids")
+IDS_WARMUP = lambda: {"prompt_ids": np.array([[1, 2, 3], [4, 0, 0]], np.int32)}  # noqa: E731
 # XLA compiles the loop per batch size (`batch_bucket`): one sentence and two, compiled at load.
 XLA_TEXT_WARMUP = lambda: [{"text": np.array([WARMUP_TEXTS[0].encode()], dtype=object)}, TEXT_WARMUP()]  # noqa: E731
 SIGNATURES = {
@@ -256,6 +307,11 @@ SIGNATURES = {
         Signature("generate_sample", {"prompt": (tf.string, [None]), "seed": (tf.int64, [])},
                   ("completion", "text"), generate_text("top_p"),
                   lambda: {**PROMPT_WARMUP(), "seed": np.int64(1)})),
+    "text_generation_ids": (  # a tokenizer stock TF Serving cannot run (GPT-2's BPE): token ids in
+        Signature("serving_default", {"prompt_ids": (tf.int32, [None, None])}, IDS_OUTPUTS,
+                  generate_from_ids("greedy"), IDS_WARMUP),
+        Signature("generate_sample", {"prompt_ids": (tf.int32, [None, None]), "seed": (tf.int64, [])},
+                  IDS_OUTPUTS, generate_from_ids("top_p"), lambda: {**IDS_WARMUP(), "seed": np.int64(1)})),
     "fill_mask": (
         Signature("serving_default", TEXT, ("tokens", "scores", "token_ids", "num_masks"), fill_mask, TEXT_WARMUP),
         Signature("fill_mask", TEXT, ("tokens", "scores", "token_ids", "num_masks"), fill_mask, TEXT_WARMUP)),
@@ -285,7 +341,25 @@ def signatures_of(task_type, options=None):
     if task_type not in SIGNATURES:
         raise ValueError(f"No serving signatures for task type {task_type!r}; known: {sorted(SIGNATURES)}.")
     options = options or {}
+    task_type = options.get("signatures", task_type)  # `text_generation_ids`: set by `signature_set`
     return tuple(s for s in SIGNATURES[task_type] if s.option is None or options.get(s.option))
+
+
+def signature_set(task_type, preprocessor):
+    """The key of `SIGNATURES` a task with this preprocessor is served with.
+
+    `task_type`, except for text generation with a tokenizer that needs ops a
+    stock TF Serving lacks (`preprocessor.tokenizes_in_core_tensorflow` false,
+    GPT-2's BPE): `"text_generation_ids"`, token ids in, text and ids out.
+
+    Example:
+
+    >>> signature_set("translation", None)
+    'translation'
+    """
+    if task_type == "text_generation" and not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
+        return "text_generation_ids"
+    return task_type
 
 
 def write_saved_model(task, preprocessor, options, directory):

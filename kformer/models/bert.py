@@ -10,6 +10,7 @@ import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
+from kformer.layers import activations
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.input_checks import check_batch_size
 from kformer.models.postprocess import check_top_k, top_masked_tokens
@@ -34,6 +35,8 @@ class BertBackbone(KformerModel):
         attention_dropout: float. Dropout on the attention probabilities (Hugging Face's
             `attention_probs_dropout_prob`). Defaults to `0.0`.
         layer_norm_epsilon: float. Of every LayerNorm, the pretrainer's too. Defaults to `1e-12`.
+        activation: `"gelu"` (exact, erf; Hugging Face's BERT) or `"gelu_approximate"` (tanh;
+            Google's original BERT and keras-hub's) in the encoder blocks' feed-forward. Defaults to `"gelu"`.
 
     Attributes: `token_embedding`, `segment_embedding`, `embeddings_norm`,
     `encoder_blocks`, `pooler`.
@@ -51,7 +54,7 @@ class BertBackbone(KformerModel):
 
     def __init__(self, vocabulary_size=30522, sequence_length=512, num_segments=2, num_layers=2,
                  hidden_dim=128, num_heads=2, intermediate_dim=512, dropout=0.1, attention_dropout=0.0,
-                 layer_norm_epsilon=1e-12, **kwargs):
+                 layer_norm_epsilon=1e-12, activation="gelu", **kwargs):
         check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
                             num_segments=num_segments, num_layers=num_layers, hidden_dim=hidden_dim,
                             num_heads=num_heads, intermediate_dim=intermediate_dim)
@@ -63,7 +66,8 @@ class BertBackbone(KformerModel):
                                                    name="segment_embedding")
         embeddings_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="embeddings_norm")
         encoder_blocks = [blocks.TransformerEncoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, activation="gelu", attention_dropout=attention_dropout,
+            num_heads, intermediate_dim, dropout=dropout, activation=activations.get(activation),
+            attention_dropout=attention_dropout,
             layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=init, name=f"encoder_{i}")
             for i in range(num_layers)]
         pooler = keras.layers.Dense(hidden_dim, activation="tanh", kernel_initializer=init, name="pooler")
@@ -84,6 +88,7 @@ class BertBackbone(KformerModel):
         self.num_layers, self.hidden_dim, self.num_heads = num_layers, hidden_dim, num_heads
         self.intermediate_dim, self.dropout = intermediate_dim, dropout
         self.attention_dropout, self.layer_norm_epsilon = attention_dropout, layer_norm_epsilon
+        self.activation = activation
 
     def transformer_blocks(self):
         return self, list(self.encoder_blocks), []
@@ -121,8 +126,8 @@ class BertPretrainer(Task):
             raise ValueError(f"`backbone` must be a BertBackbone. Received: {type(backbone).__name__}")
         hidden_dim = backbone.hidden_dim
         init = keras.initializers.TruncatedNormal(stddev=0.02)
-        mlm_transform = keras.layers.Dense(hidden_dim, activation="gelu", kernel_initializer=init,
-                                           name="mlm_transform")
+        mlm_transform = keras.layers.Dense(hidden_dim, activation=activations.get(backbone.activation),
+                                           kernel_initializer=init, name="mlm_transform")
         mlm_norm = keras.layers.LayerNormalization(epsilon=backbone.layer_norm_epsilon, name="mlm_norm")
         mlm_bias = OutputBias(name="mlm_bias")
         nsp_head = keras.layers.Dense(2, dtype="float32", name="nsp_logits")

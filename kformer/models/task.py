@@ -283,6 +283,8 @@ class Task(KformerModel):
             shuffle = False  # the dataset shuffles itself
         else:
             self._check_labels(x, y)
+            if hasattr(x, "element_spec"):  # a tf.data.Dataset shuffles itself (Keras warns at shuffle=True)
+                shuffle = False
         if isinstance(validation_data, tuple) and self._raw(validation_data[0]):
             validation_data = self.preprocessor.dataset(*validation_data, batch_size=32)
         elif isinstance(validation_data, tuple):

@@ -218,3 +218,50 @@ def test_exact_gelu_checkpoint(checkpoint, tmp_path):
     ids = np.random.default_rng(2).integers(0, VOCAB, (2, 16)).astype("int32")
     got = np.asarray(keras.ops.convert_to_numpy(lm(ids)))
     assert np.abs(got - _reference_logits(reference, ids)).max() < 1e-4
+
+
+@pytest.mark.only_backend("tensorflow")  # the SavedModel is written by TensorFlow on every backend
+def test_exported_model_serves_token_ids_and_passes_check_serving(checkpoint, lm, tmp_path):
+    """keras-hub's BPE needs tensorflow-text's regex split, which a stock TF Serving lacks: the SavedModel
+    takes `prompt_ids` (the client tokenizes) and detokenizes in core ops. Greedy completions equal
+    in-process `generate`; bad ids are INVALID_ARGUMENT naming the row; `check-serving` passes."""
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from kformer import export
+
+    path = export.export_for_serving(lm, tmp_path / "gpt2", max_length=15)
+    loaded = tf.saved_model.load(str(path))
+    assert sorted(loaded.signatures) == ["generate_sample", "serving_default"]
+    prompts = ["The film", "It was a good"]
+    ids = lm.preprocessor.prompt_ids(prompts)
+    served = {k: v.numpy() for k, v in loaded.signatures["serving_default"](prompt_ids=tf.constant(ids)).items()}
+    tokens = np.asarray(lm.generate(ids, max_length=15))
+    np.testing.assert_array_equal(served["token_ids"][:, :tokens.shape[1]], tokens)
+    assert [t.decode("utf-8", "replace") for t in served["text"]] == lm.generate(prompts, max_length=15)
+    assert [t.decode("utf-8", "replace") for t in served["completion"]] == lm.preprocessor.detokenize(served["completion_ids"])
+    sampled = loaded.signatures["generate_sample"](prompt_ids=tf.constant(ids), seed=tf.constant(3, tf.int64))
+    assert sampled["token_ids"].shape[0] == 2
+    for bad in ([[5, 0, 7]], [[0, 0]], [[VOCAB]]):  # a token after padding, empty, outside the vocabulary
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"`prompt_ids`\[0\] = .* is not a prompt"):
+            loaded.signatures["serving_default"](prompt_ids=tf.constant(bad, tf.int32))
+    # In its own process: check-serving turns XLA compilation off for the rest of the process it runs in.
+    check = subprocess.run([sys.executable, "-m", "kformer.cli", "check-serving", str(path)],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "serving_default: ok" in check.stdout, check.stdout + check.stderr[-2000:]
+
+
+def test_a_nul_character_is_refused_not_dropped(lm):
+    """keras-hub's BPE drops a NUL and everything after it: refused, in process and in graphs."""
+    import tensorflow as tf
+
+    with pytest.raises(ValueError, match=r"`texts`\[1\] holds a NUL character"):
+        lm.preprocessor.tokenize(["fine", "before\x00after"])
+    with pytest.raises(ValueError, match="NUL character"):
+        lm.preprocessor.prompt_ids(["a\x00b"])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NUL character"):
+        lm.preprocessor._tokenizer_function()(tf.constant(["x\x00y"]))
+    assert lm.preprocessor.tokenize(["fine"]).to_list() == lm.preprocessor._tokenizer_function()(
+        tf.constant(["fine"])).to_list()

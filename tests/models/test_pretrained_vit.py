@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -175,22 +177,27 @@ def test_other_options_are_refused(checkpoint):
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the export is checked on TensorFlow")
 def test_exported_model_serves_the_checkpoint_normalization(checkpoint, loaded, images, tmp_path):
-    """The served graph (PNG bytes in) gives in-process `predict`'s probabilities on the decoded image,
+    """The served graph (PNG or JPEG bytes in) gives in-process `predict`'s probabilities on the decoded image,
     so it applies the checkpoint's pixel normalization too; and equals the reference on 32x32 images."""
     import tensorflow as tf
 
     from kformer import export
 
-    path = export.export_for_serving(loaded, tmp_path / "vit", warmup_requests=False)
+    path = export.export_for_serving(loaded, tmp_path / "vit")
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     odd = np.random.default_rng(3).integers(0, 256, size=(48, 40, 3)).astype("uint8")
-    for batch in (images, odd[None]):
-        pngs = tf.constant([tf.io.encode_png(image).numpy() for image in batch])
-        served = serve(image_bytes=pngs)
-        decoded = np.stack([tf.io.decode_png(png, channels=3).numpy() for png in pngs.numpy()])
+    for batch, encode in ((images, tf.io.encode_png), (odd[None], tf.io.encode_png), (images, tf.io.encode_jpeg),
+                          (odd[None], tf.io.encode_jpeg)):
+        encoded = tf.constant([encode(image).numpy() for image in batch])
+        served = serve(image_bytes=encoded)
+        decoded = np.stack([tf.io.decode_image(e, channels=3).numpy() for e in encoded.numpy()])
         want = loaded.predict(decoded, verbose=0)
         np.testing.assert_allclose(served["probabilities"].numpy(), want, atol=1e-6)
         assert [s.decode() for s in served["label"].numpy()] == loaded.predict_labels(decoded)
+    # In its own process: check-serving turns XLA compilation off for the rest of the process it runs in.
+    check = subprocess.run([sys.executable, "-m", "kformer.cli", "check-serving", str(path)],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "serving_default: ok" in check.stdout, check.stdout + check.stderr[-2000:]
     reference = _reference_logits(checkpoint[1], _normalized(images))
     served = serve(image_bytes=tf.constant([tf.io.encode_png(image).numpy() for image in images]))
     np.testing.assert_allclose(served["probabilities"].numpy(), tf.nn.softmax(reference).numpy(), atol=1e-5)

@@ -63,11 +63,12 @@ def _torch_inputs(batch):
 
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory):
-    """Backbone, pretrainer and classifier sharing one perturbed backbone, each saved."""
+    """Backbone, pretrainer and classifier sharing one perturbed backbone (the tanh GELU, written as
+    `gelu_new`; the exact one is what tests/models/test_pretrained_bert.py loads), each saved."""
     keras.utils.set_random_seed(0)
     tokenizer = WordPieceTokenizer(VOCAB, special_tokens=BERT_SPECIAL_TOKENS, normalizer="bert_uncased")
     backbone = BertBackbone(vocabulary_size=len(VOCAB), sequence_length=32, num_layers=2, hidden_dim=32, num_heads=2,
-                            intermediate_dim=64, layer_norm_epsilon=1e-7)
+                            intermediate_dim=64, layer_norm_epsilon=1e-7, activation="gelu_approximate")
     pretrainer = BertPretrainer(backbone, preprocessor=BertPreprocessor(tokenizer, LENGTH, mask_positions=True))
     classifier = BertTextClassifier(backbone, num_classes=3, class_names=LABELS,
                                     preprocessor=BertPreprocessor(tokenizer, LENGTH))
@@ -118,6 +119,7 @@ def test_bert_pretrainer_logits_equal_transformers_masked_lm(bert):
 def test_bert_backbone_equals_transformers_and_reloads(bert):
     folder, batch = bert["folders"]["backbone"], bert["batch"]
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert json.loads((folder / "config.json").read_text())["hidden_act"] == "gelu_new"  # the tanh GELU
     reference = transformers.AutoModel.from_pretrained(folder).eval()
     with torch.no_grad():
         want = reference(**_torch_inputs(batch))

@@ -2,6 +2,7 @@
 `transformers`' `save_pretrained`, fine-tuned end to end, saved, carded and (BERT) served."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -131,3 +132,24 @@ def test_from_pretrained_flags(recipe, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         common.training_dir(recipe.parse_args([f"--output-dir={tmp_path}", "--from-pretrained=b"]), "run")
     assert exit_info.value.code == 2 and "--from-pretrained was 'a', now 'b'" in capsys.readouterr().err
+
+
+@pytest.mark.only_backend("tensorflow")  # it exports
+def test_readme_pretrained_lines_run(bert_checkpoint, tmp_path, monkeypatch):
+    """The README's five lines from a checkpoint to a served model, as written, on the tiny checkpoint."""
+    import re
+
+    import tensorflow as tf
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Pretrained weights"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert len(code.strip().splitlines()) == 5 and "hf://google-bert/bert-base-uncased" in code
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(code.replace("hf://google-bert/bert-base-uncased", str(bert_checkpoint))  # noqa: S102
+             .replace("max_examples=2000", "max_examples=64"), namespace)
+    bert = namespace["bert"]
+    served = tf.saved_model.load(str(tmp_path / "serving" / "imdb_bert" / "1")).signatures["serving_default"]
+    np.testing.assert_allclose(served(text=tf.constant(TEXTS))["probabilities"].numpy(),
+                               bert.predict(TEXTS, verbose=0), atol=1e-5)

@@ -74,6 +74,10 @@ class Preprocessor(keras.layers.Layer):
     Example: see `TextClassifierPreprocessor`.
     """
 
+    # Raw inputs -> ids in core TensorFlow ops, which a stock TF Serving runs: the SavedModel takes
+    # text. False (GPT-2's byte-level BPE): the SavedModel takes token ids (`kformer.export.signatures`).
+    tokenizes_in_core_tensorflow = True
+
     def __init__(self, sequence_length=None, **kwargs):
         super().__init__(**kwargs)
         if sequence_length is not None and (not isinstance(sequence_length, int) or sequence_length < 2):

@@ -1,8 +1,12 @@
-"""`from_pretrained`: published checkpoints (Hugging Face layout) as kformer tasks, exact to the reference.
+"""`from_pretrained`: published checkpoints (Hugging Face layout, keras-hub presets) as kformer tasks,
+exact to the reference.
 
 A folder holding `config.json`, `model.safetensors` (or sharded safetensors with their index)
 and the tokenizer files, or an `hf://org/name` handle downloaded once into a cache folder
 (`kformer.models.pretrained.common.cache_dir`). The family is `config.json`'s `model_type`.
+A keras-hub preset folder (`config.json` with `class_name`, `model.weights.h5`, `assets/`), or a
+`kaggle://owner/model/framework/variation[/version]` handle, is read by
+`kformer.models.pretrained.keras_hub` (BERT, GPT-2 and ViT).
 
 `save` (a task's `save_pretrained`) writes the same layout back, so a model trained in kformer
 opens in `transformers`; each family module keeps one table of (Hugging Face tensor, kformer
@@ -19,12 +23,14 @@ def from_pretrained(source, task=None, **kwargs):
     """Load a published checkpoint as a kformer task with its preprocessor.
 
     Args:
-        source: a local checkpoint folder or an `hf://org/name` handle.
+        source: a local checkpoint folder (Hugging Face layout or a keras-hub preset), an
+            `hf://org/name` handle or a `kaggle://owner/model/framework/variation[/version]` handle.
         task: which head, where the checkpoint allows several (BERT: "backbone", "fill_mask",
             "text_classification"); None picks the checkpoint's own.
         **kwargs: the family's options: BERT `num_classes` (a new classification head) and
             `sequence_length` (the preprocessor's, at most the checkpoint's positions); ViT
-            `num_classes` (a new head when it differs) and `class_names`.
+            `num_classes` (a new head when it differs; required for a keras-hub `ViTBackbone`
+            preset without a classifier task) and `class_names`.
 
     Returns:
         The kformer task, its weights equal to the checkpoint's.
@@ -33,6 +39,7 @@ def from_pretrained(source, task=None, **kwargs):
 
     >>> bert = from_pretrained("hf://google-bert/bert-base-uncased")  # doctest: +SKIP
     >>> bert.fill_mask("The movie was [MASK].")  # doctest: +SKIP
+    >>> vit = from_pretrained("kaggle://keras/vit/keras/vit_base_patch16_224_imagenet", num_classes=10)  # doctest: +SKIP
     >>> from_pretrained("/no/such/checkpoint")
     Traceback (most recent call last):
     ...
@@ -40,6 +47,10 @@ def from_pretrained(source, task=None, **kwargs):
     """
     folder = resolve(source)
     config = read_config(folder)
+    from kformer.models.pretrained import keras_hub
+
+    if keras_hub.is_preset(config):
+        return keras_hub.load(folder, config, task=task, **kwargs)
     model_type = config.get("model_type")
     if model_type == "bert":
         from kformer.models.pretrained import bert as family

@@ -19,6 +19,7 @@ from kformer.models.pretrained.common import (Entry, assign_all, field, linear, 
 TASKS = ("backbone", "fill_mask", "text_classification")
 ARCHITECTURES = {"BertModel": "backbone", "BertForMaskedLM": "fill_mask", "BertForPreTraining": "fill_mask",
                  "BertForSequenceClassification": "text_classification"}
+HIDDEN_ACT = {"gelu": "gelu", "gelu_new": "gelu_approximate"}  # config.json -> BertBackbone(activation=)
 _IGNORED = ("embeddings.position_ids",)  # a buffer older checkpoints store (0, 1, 2, ...)
 
 
@@ -118,16 +119,16 @@ def backbone_arguments(config):
     ...                            "max_position_embeddings": 64, "type_vocab_size": 2})
     >>> args["hidden_dim"], args["sequence_length"], args["layer_norm_epsilon"]
     (32, 64, 1e-12)
-    >>> backbone_arguments({"hidden_act": "gelu_new"})
+    >>> backbone_arguments({"hidden_act": "relu"})
     Traceback (most recent call last):
     ...
-    ValueError: config.json: `hidden_act`='gelu_new' cannot be represented exactly by kformer ...
+    ValueError: config.json: `hidden_act`='relu' cannot be represented exactly by kformer ...
     """
-    for name, default, allowed in (("hidden_act", "gelu", {"gelu"}),
+    for name, default, allowed in (("hidden_act", "gelu", set(HIDDEN_ACT)),
                                    ("position_embedding_type", "absolute", {"absolute", None}),
                                    ("is_decoder", False, {False, None}), ("add_cross_attention", False, {False, None})):
         field(config, name, default, allowed=allowed)
-    args = {}
+    args = {"activation": HIDDEN_ACT[config.get("hidden_act", "gelu")]}
     for name, key in (("vocab_size", "vocabulary_size"), ("hidden_size", "hidden_dim"),
                       ("num_hidden_layers", "num_layers"), ("num_attention_heads", "num_heads"),
                       ("intermediate_size", "intermediate_dim"), ("max_position_embeddings", "sequence_length"),
@@ -437,7 +438,8 @@ def save(task, folder, overwrite=False):
               "hidden_size": backbone.hidden_dim, "num_hidden_layers": backbone.num_layers,
               "num_attention_heads": backbone.num_heads, "intermediate_size": backbone.intermediate_dim,
               "max_position_embeddings": backbone.sequence_length, "type_vocab_size": backbone.num_segments,
-              "hidden_act": "gelu", "hidden_dropout_prob": float(backbone.dropout),
+              "hidden_act": {v: k for k, v in HIDDEN_ACT.items()}[backbone.activation],
+              "hidden_dropout_prob": float(backbone.dropout),
               "attention_probs_dropout_prob": float(backbone.attention_dropout),
               "layer_norm_eps": float(backbone.layer_norm_epsilon), "position_embedding_type": "absolute",
               "is_decoder": False, "add_cross_attention": False, "pad_token_id": 0, "tie_word_embeddings": True,

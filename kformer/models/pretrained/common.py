@@ -23,13 +23,29 @@ def cache_dir():
 
 
 def resolve(source):
-    """A local folder, or an `hf://org/name` handle downloaded once into `cache_dir()`.
+    """A local folder, an `hf://org/name` handle or a `kaggle://owner/model/framework/variation[/version]`
+    handle (a keras-hub preset), downloaded once into `cache_dir()` (`hf/` and `kaggle/` below it).
 
     Offline, a handle that is not cached is a ValueError naming the handle and the cache folder.
+
+    Args:
+        source: str or path. The folder or the handle.
+
+    Returns:
+        `pathlib.Path` of the local folder.
+
+    Example:
+
+    >>> resolve("kaggle://keras/bert")
+    Traceback (most recent call last):
+    ...
+    ValueError: `source` must be `kaggle://owner/model/framework/variation[/version]`. Received: source='kaggle://keras/bert'
     """
     if not isinstance(source, (str, os.PathLike)):
         raise ValueError(f"`source` must be a folder or an `hf://org/name` handle. Received: source={source!r}")
     text = os.fspath(source)
+    if text.startswith("kaggle://"):
+        return _resolve_kaggle(text)
     if text.startswith("hf://"):
         repo = text[len("hf://"):].strip("/")
         if repo.count("/") > 1 or not repo:
@@ -55,12 +71,42 @@ def resolve(source):
                              f"({type(err).__name__}: {str(err)[:200]}). Connect once, or pass a local "
                              "folder.") from None
     if "://" in text:
-        raise ValueError(f"`source` must be a local folder or an `hf://org/name` handle. Received: source={text!r}")
+        raise ValueError(f"`source` must be a local folder, an `hf://org/name` or a `kaggle://owner/model/framework/"
+                         f"variation[/version]` handle. Received: source={text!r}")
     folder = pathlib.Path(text)
     if not folder.is_dir():
         raise ValueError(f"`source` must be a checkpoint folder (config.json and weights). Received: "
                          f"source={text!r} ({'a file' if folder.exists() else 'does not exist'})")
     return folder
+
+
+def _resolve_kaggle(text):
+    """A `kaggle://` handle -> its preset folder, through `kagglehub.model_download` with `KAGGLEHUB_CACHE`
+    set to `cache_dir() / "kaggle"` for the call (kagglehub reuses a cached version without a network)."""
+    handle = text[len("kaggle://"):].strip("/")
+    parts = handle.split("/")
+    if len(parts) not in (4, 5) or not all(parts) or (len(parts) == 5 and not parts[4].isdigit()):
+        raise ValueError(f"`source` must be `kaggle://owner/model/framework/variation[/version]`. Received: "
+                         f"source={text!r}")
+    try:
+        import kagglehub
+    except ImportError:
+        raise ValueError(f"`source`={text!r} needs the `kagglehub` package to download; or pass a local "
+                         "folder.") from None
+    where = cache_dir() / "kaggle"
+    before = os.environ.get("KAGGLEHUB_CACHE")
+    os.environ["KAGGLEHUB_CACHE"] = str(where)
+    try:
+        return pathlib.Path(kagglehub.model_download(handle))
+    except Exception as err:  # noqa: BLE001 (offline, unknown model, no access, ...)
+        raise ValueError(f"`source`={text!r} is not in the cache folder {where} and could not be downloaded "
+                         f"({type(err).__name__}: {str(err)[:200]}). Connect once, or pass a local "
+                         "folder.") from None
+    finally:
+        if before is None:
+            os.environ.pop("KAGGLEHUB_CACHE", None)
+        else:
+            os.environ["KAGGLEHUB_CACHE"] = before
 
 
 def read_config(folder):
