@@ -336,7 +336,7 @@ def progress_verbosity(args):
 MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "no_plots", "jit_compile",
                         "learning_rate", "finetune_learning_rate", "max_test_examples", "num_beams",
                         "sample_length", "compare_scratch", "no_repeat_ngram_size", "serving_xla",
-                        "max_length_ratio", "max_length_offset"}
+                        "max_length_ratio", "max_length_offset", "max_ood_examples"}
 
 
 def training_dir(args, name):
@@ -457,9 +457,82 @@ adamw = models.adamw  # the recipes' AdamW (weight decay 0.01) with `warmup_cosi
 warmup_cosine = models.warmup_cosine
 
 
-def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoch=None):
-    """`model.fit` with the recipe callbacks; exits (writing nothing) if training diverged."""
+class AverageLastEpochs(keras.callbacks.Callback):
+    """Checkpoint averaging (paper 6.1): the final weights are the mean of the last `n` epochs' ends.
+
+    At the end of each of the last `n` of `epochs` epochs, every float weight
+    of the model (trainable and not; not the optimizer's) is added, one at a
+    time, to a running sum: host memory for one float32 copy of the model,
+    not `n`. When training ends, the weights become the sums over the number
+    of epochs summed, the 1-based epochs listed in `averaged_epochs`.
+
+    Placed after `EarlyStopping(restore_best_weights=True)` (as `fit`'s
+    `extra_callbacks` are), the average replaces the best epoch's weights
+    that it restores; if early stopping ends training inside the window, the
+    epochs summed so far are averaged, and if before it, nothing is (the
+    best epoch's weights stay, `averaged_epochs` is empty). It sums what
+    `ModelCheckpoint` saves at an epoch's end: with an EMA optimizer
+    (`callbacks(ema=True)`, no recipe combines the two yet), the moving
+    average. With `path`, the sums are written
+    there (npz, atomically) after each summed epoch and read back when
+    training starts, so a resumed run keeps the epochs it summed before.
+
+    Args:
+        n: int, the epochs to average (1 = the last epoch's weights).
+        epochs: int, the epochs `fit` runs (the window is the last `n`).
+        path: str or path, or None: where to keep the sums for a resumed run.
+    """
+
+    def __init__(self, n, epochs, path=None):
+        super().__init__()
+        if n < 1:
+            raise ValueError(f"`n` must be >= 1. Received: n={n}")
+        self.n, self.epochs, self.path = n, epochs, None if path is None else pathlib.Path(path)
+        self.sums, self.averaged_epochs = None, []
+
+    def _float_weights(self):
+        return [w for w in self.model.weights if "float" in str(w.dtype)]
+
+    def on_train_begin(self, logs=None):
+        if self.path is not None and self.path.is_file():
+            import numpy as np
+
+            with np.load(self.path) as saved:
+                self.averaged_epochs = [int(e) for e in saved["epochs"]]
+                self.sums = [saved[f"w{i}"] for i in range(len(self._float_weights()))]
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch < self.epochs - self.n or epoch + 1 in self.averaged_epochs:
+            return
+        import numpy as np
+
+        first, self.sums = self.sums is None, self.sums or []
+        for i, weight in enumerate(self._float_weights()):
+            dtype = "float64" if weight.dtype == "float64" else "float32"
+            value = np.asarray(keras.ops.convert_to_numpy(weight), dtype)
+            if first:
+                self.sums.append(value.copy())  # JAX hands out read-only arrays
+            else:
+                self.sums[i] += value
+        self.averaged_epochs.append(epoch + 1)
+        if self.path is not None:
+            tmp = self.path.with_name(self.path.name + ".tmp.npz")
+            np.savez(tmp, epochs=np.array(self.averaged_epochs), **{f"w{i}": s for i, s in enumerate(self.sums)})
+            os.replace(tmp, self.path)
+
+    def on_train_end(self, logs=None):
+        if self.sums is None:
+            return
+        count = len(self.averaged_epochs)
+        for weight, total in zip(self._float_weights(), self.sums):
+            weight.assign(keras.ops.cast(total / count, weight.dtype))
+        print(f"averaged the weights of epochs {self.averaged_epochs}", flush=True)
+
+
+def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoch=None, extra_callbacks=()):
+    """`model.fit` with the recipe callbacks (then `extra_callbacks`); exits (writing nothing) if training diverged."""
     fit_callbacks = callbacks(work_dir, args.patience, monitor, ema=getattr(model.optimizer, "use_ema", False))
+    fit_callbacks += list(extra_callbacks)
     _running["backup"] = next((c for c in fit_callbacks if isinstance(c, AtomicBackupAndRestore)), None)
     history = model.fit(train_ds, validation_data=val_ds, epochs=epochs, verbose=args.verbose,
                         steps_per_epoch=steps_per_epoch, shuffle=False, callbacks=fit_callbacks)

@@ -21,25 +21,42 @@ SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "obje
             "beams", "ngram", "max_length", "learning_rate")  # decoding settings too: not scores
 
 
-def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None):
+OOD = "ood_"  # metrics.json keys of out-of-distribution figures start with this (or hold `_ood_`: val_ood_...)
+
+
+def is_ood(key):
+    """Whether the metrics.json `key` is an out-of-distribution figure: `ood_...` or `<split>_ood_...`."""
+    return key.startswith(OOD) or f"_{OOD}" in key
+
+
+def write_for_run(folder, *, model, name, recipe, args, config, metrics, dataset, limits, figures=None, ood=None):
     """A recipe's card from its flags and metrics.
 
-    Counts (int, a `COUNTS` ending) become the data table, training and decoding settings and times
+    Numbers whose key starts with `ood_` (`is_ood`: or holds `_ood_`, as `val_ood_...`) become the
+    out-of-distribution table, each with its line from `ood` ({`ood_...` key: what was changed};
+    `val_ood_x` shares `ood_x`'s line, a key without one gets an empty cell). Of the rest, counts
+    (int, a `COUNTS` ending) become the data table, training and decoding settings and times
     (`SETTINGS` in the key) the training table, other numbers the test metrics.
     """
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    shifted = {k: v for k, v in metrics.items() if is_ood(k) and number(v)}
+    metrics = {k: v for k, v in metrics.items() if not is_ood(k)}
+    ood = ood or {}
     counts = {k: v for k, v in metrics.items()  # test_unseen_sources (a count), not test_bleu_unseen_sources
               if k.endswith(COUNTS) and isinstance(v, int) and not isinstance(v, bool)}
     data = {"dataset": dataset, **counts}
     training = {k: v for k, v in metrics.items()
                 if any(s in k for s in SETTINGS) and v is not None and not isinstance(v, bool)}
-    scores = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-              and k not in counts and k not in training}
+    scores = {k: v for k, v in metrics.items() if number(v) and k not in counts and k not in training}
     card = facts(model=model, name=name, recipe=recipe, argv=args._argv, config=config, data=data,
-                 metrics=scores, training=training, limits=limits, figures=figures)
+                 metrics=scores, training=training, limits=limits, figures=figures,
+                 out_of_distribution={k: {"value": v, "description": ood.get(k, ood.get(k[k.find(OOD):], ""))}
+                                      for k, v in shifted.items()})
     write(folder, card, exported=not args.no_export)
 
 
-def facts(*, model, name, recipe, argv, config, data, metrics, training, limits, figures=None):
+def facts(*, model, name, recipe, argv, config, data, metrics, training, limits, figures=None,
+          out_of_distribution=None):
     """The card's facts as a JSON-ready dict.
 
     Args:
@@ -49,6 +66,7 @@ def facts(*, model, name, recipe, argv, config, data, metrics, training, limits,
         metrics: dict, the test metrics. training: dict, training and decoding settings, seconds.
         limits: list of str, known limits.
         figures: {file name: caption} of the PNGs in the folder, or None.
+        out_of_distribution: {`ood_` key: {"value": number, "description": what was changed}}, or None.
     """
     import tensorflow as tf
 
@@ -56,7 +74,8 @@ def facts(*, model, name, recipe, argv, config, data, metrics, training, limits,
         "name": name, "task": type(model).__name__, "task_type": model.task_type,
         "preset": config.get("preset"), "from_pretrained": config.get("from_pretrained"),
         "parameters": int(model.count_params()),
-        "config": config, "data": data, "metrics": metrics, "training": training, "known_limits": limits,
+        "config": config, "data": data, "metrics": metrics,
+        "out_of_distribution": dict(out_of_distribution or {}), "training": training, "known_limits": limits,
         "figures": dict(figures or {}),
         "command": "python -m recipes." + " ".join([recipe, *map(shlex.quote, argv)]),
         "backend": keras.backend.backend(),
@@ -86,6 +105,17 @@ curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
 ```
 """ if exported else "Not exported (`--no-export`): `kformer export` writes a SavedModel from `model.keras`.\n")
     limits = "\n".join(f"- {line}" for line in card["known_limits"])
+    shifted = "\n".join(f"| {k} | {_fmt(v['value'])} | {_cell(v.get('description', ''))} |"
+                         for k, v in (card.get("out_of_distribution") or {}).items())
+    ood = "" if not shifted else f"""## Out of distribution
+
+The same kind of score on inputs unlike the training data, one figure per change:
+
+| metric | value | what was changed |
+|---|---|---|
+{shifted}
+
+"""
     figures = "".join(f"![{caption}]({name})\n\n" for name, caption in card.get("figures", {}).items())
     source = card.get("from_pretrained")
     start = f"fine-tuned from the pretrained checkpoint `{source}`" if source else "trained"
@@ -109,7 +139,7 @@ curl -s -X POST localhost:8501/v1/models/{card['name']}:predict \\
 |---|---|
 {rows(card['metrics'])}
 
-## Training and decoding
+{ood}## Training and decoding
 
 | | |
 |---|---|
@@ -135,6 +165,11 @@ model = models.load("<this folder>")   # the {card['task']} with its preprocesso
 
 def _fmt(value):
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _cell(text):
+    """`text` as one Markdown table cell: pipes escaped, on one line."""
+    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def _kformer_version():

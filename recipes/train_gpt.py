@@ -7,10 +7,13 @@
 A WordPiece vocabulary is learned from the training reviews; the reviews are
 packed into windows of `--sequence-length + 1` tokens (no padding) and a
 seeded 5 % of them is held out for validation. Reports the validation
-perplexity (exp of the mean next-token cross-entropy) and sampled
-continuations of a few prompts. Writes `<output-dir>/<preset>/<version>/`:
-the TF Serving SavedModel (`prompt` string in, `completion` and `text` out;
-greedy by default, `generate_sample` with a `seed`), `model.keras` (the
+perplexity (exp of the mean next-token cross-entropy), the same perplexity on
+English text of another domain (`ood_tatoeba_english_perplexity`: the English
+side of the bundled Tatoeba spa-eng test pairs, whatever `--data-dir`, packed
+and scored the same way) and sampled continuations of a few prompts. Writes
+`<output-dir>/<preset>/<version>/`: the TF Serving SavedModel (`prompt`
+string in, `completion` and `text` out; greedy by default, `generate_sample`
+with a `seed`), `model.keras` (the
 `CausalLM` with its preprocessor: `kformer.models.load(dir).generate(["The
 movie was"])`), `config.json` and `metrics.json`, plus the training logs.
 """
@@ -30,6 +33,11 @@ LIMITS = ["A tiny language model of movie reviews: fluent-looking but often mean
           "It repeats what reviews say, biases included; do not use it for anything that matters.",
           "The context is --sequence-length tokens; prompts are cut to fit before generating."]
 PROMPTS = ["The movie was", "I watched this film because", "The acting in this", "My favorite scene"]
+OOD_SENTENCES = 500  # the English side of the bundled spa-eng test split (all its 500 pairs)
+OOD = {"ood_tatoeba_english_perplexity":
+       f"perplexity on the English side of the first {OOD_SENTENCES} bundled Tatoeba spa-eng test pairs "
+       "(short everyday sentences, not reviews), packed and scored as the validation text; the WordPiece "
+       "vocabulary learned on IMDB splits its unseen words into more pieces"}
 
 
 def parse_args(argv=None):
@@ -48,6 +56,14 @@ def parse_args(argv=None):
         p.error(f"--sample-length must be at most --sequence-length={args.sequence_length}, "
                 f"got {args.sample_length}")
     return args
+
+
+def tatoeba_english(count=OOD_SENTENCES):
+    """The English sentences of the first `count` bundled Tatoeba spa-eng test pairs (out-of-domain text)."""
+    from kformer.data import translation
+
+    sources, _ = translation.load_split("test", "spa-eng", max_examples=count)  # English -> Spanish
+    return sources
 
 
 def split_reviews(texts, seed, validation_fraction=0.05):
@@ -95,23 +111,28 @@ def main(argv=None):
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
     train_seconds = time.time() - start
     val_loss, val_accuracy = model.evaluate(val_ds, verbose=0)
+    ood_windows = lm.packed_windows(preprocessor, tatoeba_english())  # as the validation windows, not cached
+    ood_loss, _ = model.evaluate(lm.windows_dataset(ood_windows, args.batch_size), verbose=0)
     greedy = model.generate(PROMPTS, max_length=args.sample_length)  # one batch: one compiled loop
     sampled = model.generate(PROMPTS, max_length=args.sample_length, strategy="top_p", p=0.9, seed=args.seed)
     samples = [{"prompt": p, "greedy": g, "top_p": s} for p, g, s in zip(PROMPTS, greedy, sampled)]
     metrics = {
         "validation_perplexity": round(math.exp(val_loss), 2), "validation_loss": float(val_loss),
-        "validation_token_accuracy": float(val_accuracy), "train_reviews": len(train_texts),
+        "validation_token_accuracy": float(val_accuracy),
+        "ood_tatoeba_english_perplexity": round(math.exp(ood_loss), 2), "train_reviews": len(train_texts),
         "validation_reviews": len(val_texts), "train_batches_per_epoch": int(train_ds.cardinality()),
         "epochs": args.epochs, "train_seconds": round(train_seconds, 1),
         "backend": keras.backend.backend(), "samples": samples,
     }
 
-    card = dict(recipe="train_gpt", dataset="IMDB unlabeled reviews", limits=LIMITS)
+    card = dict(recipe="train_gpt", dataset="IMDB unlabeled reviews", limits=LIMITS, ood=OOD)
     run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
         model, args, name=args.preset, config=config, metrics=metrics, card=card,
         export_options={"max_length": args.sample_length}, log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_attention(model, [greedy[0]], layer=-1)))
-    print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews")
+    print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews; "
+          f"{metrics['ood_tatoeba_english_perplexity']} on {OOD_SENTENCES} Tatoeba English sentences "
+          f"({ood_windows.size} tokens)")
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['top_p']!r}")
     print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))

@@ -5,17 +5,40 @@
     python -m recipes.train_translator --dataset multi30k --data-dir DATA
     python -m recipes.train_translator --epochs 1 --max-examples 256  # quick smoke run
     python -m recipes.train_translator --data-dir DATA --split-by source --num-beams 1   # greedy
+    python -m recipes.train_translator --shared-vocabulary --average-last 5   # paper 3.4 and 6.1
 
 The paper's recipe: warmup then inverse-square-root learning rate (peak
 `--learning-rate` after `--warmup-steps`), label smoothing 0.1, Adam(0.9,
 0.98, 1e-9). One WordPiece vocabulary per language, learned from the training
-split. The test set is translated with beam search (4 beams, no repeated
-3-gram, at most 1.5 x source length + 10 tokens: `--num-beams`,
-`--no-repeat-ngram-size`, `--max-length-ratio`, `--max-length-offset`). Test BLEU and chrF come
+split; `--shared-vocabulary` learns one from both sides instead (paper 3.4:
+one embedding table for encoder, decoder and the pre-softmax projection, so
+digits, names and punctuation can be copied), `--vocabulary-size` tokens in
+all (default 16,000: the two 8,000-token tables' rows). `--average-last N`
+makes the final weights the mean of the last N epochs' (paper 6.1 averages
+the last 5 checkpoints; `recipes.common.AverageLastEpochs`): it replaces the
+best epoch's weights that early stopping restores; `final_val_loss` in
+`metrics.json` is the validation loss of the weights kept. The test set is
+translated with beam search (4 beams, no repeated 3-gram, at most 1.5 x
+source length + 10 tokens: `--num-beams`, `--no-repeat-ngram-size`,
+`--max-length-ratio`, `--max-length-offset`). Test BLEU and chrF come
 from sacrebleu on detokenized text; the vocabularies are lower-cased, so
 BLEU is case-insensitive (`lowercase=True`);
 BLEU is also reported on the test pairs whose English sentence is not in
 train (Tatoeba repeats sentences; `--split-by source` removes all of them).
+Out of distribution (`kformer.data.translation.ood_splits`): two sets are held
+out of the training split and translated as the test set is:
+`ood_length_bleu` on the pairs whose source has more than `--ood-max-words`
+words (12 for spa-eng, 20 for Multi30k; the model trains on the shorter ones),
+`ood_rare_word_bleu` on pairs whose source holds a word seen in fewer than
+`--ood-min-count` (2) training pairs (so none), at most 4% of the training split.
+That takes 234 of the bundled 4,000 training pairs (3,766 left) and 6,347 of the
+full 107,067 (100,720 left); validation and test are unchanged
+(`ood_splits` in `metrics.json`; 0 turns a set off). The first
+`--max-ood-examples` (1,000) pairs of each set are translated. Two checks of the test
+translations: `long_word_rate`, the share whose longest word has more than 3x
+the letters of the source's longest (invented sub-word chains), and
+`digit_copy_rate`, the share of those with digits in the source that carry
+every digit string unchanged (`all_digit_copy_rate`: test and OOD sets).
 Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
 (`text` in, `translation` out; greedy by default, `translate_beam`; both
 with the no-repeat rule; `--serving-xla` adds `translate_xla`),
@@ -26,6 +49,7 @@ with the no-repeat rule; `--serving-xla` adds `translate_xla`),
 
 import math
 import pathlib
+import re
 import time
 
 import keras
@@ -45,8 +69,23 @@ def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="translator", preset="transformer_small", epochs=10,
                            batch_size=64, learning_rate=1e-3)
     p.add_argument("--dataset", choices=translation.DATASETS, default="spa-eng")
-    p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000,
-                   help="per language")
+    p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=None,
+                   help="per language (default 8000), or in all with --shared-vocabulary (default 16000)")
+    p.add_argument("--shared-vocabulary", action="store_true",
+                   help="one WordPiece vocabulary learned from both sides and one embedding table for encoder, "
+                        "decoder and output (paper 3.4): digits and names can be copied")
+    p.add_argument("--average-last", type=common.bounded(int, 0), default=0, metavar="N",
+                   help="final weights = the mean of the last N epochs' (paper 6.1: 5; 0 = off, the best epoch's); "
+                        "early stopping before the last N epochs leaves the best epoch's")
+    p.add_argument("--ood-max-words", type=common.bounded(int, 0), default=None, metavar="N",
+                   help="hold the training pairs whose source has more than N words out of training and report "
+                        "their BLEU as ood_length_bleu (default: 12 for spa-eng, 20 for multi30k; 0 = off)")
+    p.add_argument("--ood-min-count", type=common.bounded(int, 0), default=translation.OOD_MIN_COUNT, metavar="K",
+                   help="hold training pairs whose source holds a word found in fewer than K training pairs out "
+                        "of training (at most 4%%) and report their BLEU as ood_rare_word_bleu (0 = off)")
+    p.add_argument("--max-ood-examples", type=common.positive_int, default=1000,
+                   help="translate at most this many pairs of each held-out set, the first in split order (all "
+                        "are kept out of training): on the full en-es data, 2,000 beside the 5,949 test pairs")
     p.add_argument("--sequence-length", type=common.bounded(int, 4), default=40)
     p.add_argument("--warmup-steps", type=common.positive_int, default=None,
                    help="default: 4000, or 10%% of the training steps if that is fewer")
@@ -70,12 +109,33 @@ def parse_args(argv=None):
                    help="spa-eng: split the pairs, or the distinct English sentences (full file only)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
     args = common.parse_args(p, argv)
+    if args.vocabulary_size is None:
+        args.vocabulary_size = 16000 if args.shared_vocabulary else 8000
+    if args.ood_max_words is None:
+        args.ood_max_words = translation.OOD_MAX_WORDS[args.dataset]
     if args.split_by == "source":
         full = pathlib.Path(args.data_dir or translation.BUNDLED_DATA_DIR) / "spa-eng" / "spa.txt.gz"
         if args.dataset != "spa-eng" or not full.is_file():
             p.error(f"--split-by source needs --dataset spa-eng and the full {full} (the bundled "
                     "sample follows the pair split); pass --data-dir")
     return args
+
+
+def longest_word(text):
+    return max(map(len, translation.words(text)), default=0)
+
+
+def long_word_rate(sources, translations, ratio=3):
+    """The share of translations whose longest word has more than `ratio` x the letters of the source's longest."""
+    flagged = [longest_word(h) > ratio * longest_word(s) for s, h in zip(sources, translations)]
+    return round(sum(flagged) / len(flagged), 4) if flagged else None
+
+
+def digit_copies(sources, translations):
+    """(share, count) of the pairs with a digit string in the source: the share whose translation has every one."""
+    copied = [set(re.findall(r"\d+", s)) <= set(re.findall(r"\d+", h))
+              for s, h in zip(sources, translations) if re.search(r"\d", s)]
+    return (round(sum(copied) / len(copied), 4) if copied else None), len(copied)
 
 
 def attention_example(sources, words=8):
@@ -88,24 +148,34 @@ def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
     try:
-        sources, targets = translation.load_split("train", args.dataset, args.data_dir, args.max_examples,
-                                                  args.split_by)
+        held = translation.ood_splits(*translation.load_split("train", args.dataset, args.data_dir, None,
+                                                              args.split_by),
+                                      args.ood_max_words or None, args.ood_min_count)
         val = translation.load_split("validation", args.dataset, args.data_dir, args.max_examples, args.split_by)
         test_sources, test_targets = translation.load_split(
             "test", args.dataset, args.data_dir, args.max_test_examples or args.max_examples, args.split_by)
     except ValueError as err:
         common.fail(err)
+    train_before = len(held["train"][0]) + sum(len(held[k][0]) for k in translation.OOD_SPLITS)
+    sources, targets = (side[:args.max_examples] for side in held["train"])
+    scored = min(args.max_ood_examples, args.max_test_examples or args.max_examples or args.max_ood_examples)
+    ood = {k: tuple(side[:scored] for side in held[k]) for k in translation.OOD_SPLITS if held[k][0]}
     name = f"{args.preset}_{args.dataset}"
     work_dir = common.training_dir(args, name)
-    source_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "source_vocabulary.txt", sources)
-    target_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "target_vocabulary.txt", targets)
+    if args.shared_vocabulary:  # one tokenizer object: TranslatorPreprocessor and the builder share its table
+        source_tokenizer = target_tokenizer = common.learn_or_load_tokenizer(
+            args, name, work_dir / "shared_vocabulary.txt", sources + targets)
+    else:
+        source_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "source_vocabulary.txt", sources)
+        target_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "target_vocabulary.txt", targets)
     preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length)
     train_ds = preprocessor.dataset(sources, targets, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     val_ds = preprocessor.dataset(*val, batch_size=args.batch_size)
 
-    overrides = {"encoder_vocabulary_size": source_tokenizer.vocabulary_size,
-                 "decoder_vocabulary_size": target_tokenizer.vocabulary_size,
-                 "sequence_length": max(args.sequence_length, models.get_preset(args.preset)["sequence_length"])}
+    overrides = ({"vocabulary_size": source_tokenizer.vocabulary_size} if args.shared_vocabulary else
+                 {"encoder_vocabulary_size": source_tokenizer.vocabulary_size,
+                  "decoder_vocabulary_size": target_tokenizer.vocabulary_size})
+    overrides["sequence_length"] = max(args.sequence_length, models.get_preset(args.preset)["sequence_length"])
     steps = args.epochs * int(train_ds.cardinality())
     warmup = args.warmup_steps or max(1, min(4000, steps // 10))
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
@@ -118,17 +188,28 @@ def main(argv=None):
                                           beta_1=0.9, beta_2=0.98, epsilon=1e-9)
         model.compile(optimizer, models.LabelSmoothedCrossEntropy(0.1), jit_compile=args.jit_compile)
     start = time.time()
-    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
+    average = [common.AverageLastEpochs(args.average_last, args.epochs, work_dir / "average_last.npz")
+               ] if args.average_last else []
+    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss", extra_callbacks=average)
     train_seconds = time.time() - start
+    final_val_loss = model.evaluate(val_ds, verbose=0, return_dict=True)["loss"]  # best epoch's, or the average
 
     import sacrebleu
 
     start = time.time()
     limit = {"max_length_ratio": args.max_length_ratio or None, "max_length_offset": args.max_length_offset}
-    hypotheses = model.translate(test_sources, strategy="beam" if args.num_beams > 1 else "greedy",
+    everything = test_sources + [s for k in ood for s in ood[k][0]]  # one call: batched by length together
+    translated = model.translate(everything, strategy="beam" if args.num_beams > 1 else "greedy",
                                  num_beams=args.num_beams, no_repeat_ngram_size=args.no_repeat_ngram_size, **limit)
+    hypotheses, ood_hypotheses, offset = translated[:len(test_sources)], {}, len(test_sources)
+    for k in ood:
+        ood_hypotheses[k], offset = translated[offset:offset + len(ood[k][0])], offset + len(ood[k][0])
     example = attention_example(test_sources)  # its figure shows the translation decoded here
     bleu = sacrebleu.corpus_bleu(hypotheses, [test_targets], lowercase=True)
+    ood_bleu = {f"ood_{k}_bleu": round(sacrebleu.corpus_bleu(ood_hypotheses[k], [ood[k][1]], lowercase=True).score, 2)
+                for k in ood}
+    digit_rate, digit_sources = digit_copies(test_sources, hypotheses)
+    all_digit_rate, all_digit_sources = digit_copies(everything, translated)
     chrf = sacrebleu.corpus_chrf(hypotheses, [[t.lower() for t in test_targets]])
     seen = set(sources)
     unseen = [i for i, s in enumerate(test_sources) if s not in seen]  # test sentences never trained on
@@ -137,6 +218,16 @@ def main(argv=None):
     metrics = {
         "test_bleu": round(bleu.score, 2), "test_chrf": round(chrf.score, 2),
         "test_bleu_unseen_sources": unseen_bleu, "test_unseen_sources": len(unseen),
+        **ood_bleu, "ood_splits": {
+            "max_words": args.ood_max_words or None, "min_count": args.ood_min_count or None,
+            "max_fraction": translation.OOD_MAX_FRACTION, "train_pairs_before": train_before,
+            "held_out": {k: len(held[k][0]) for k in translation.OOD_SPLITS},
+            "scored": {k: len(ood[k][0]) for k in ood}},
+        "long_word_rate": long_word_rate(test_sources, hypotheses),
+        "digit_copy_rate": digit_rate, "digit_sources": digit_sources,
+        "all_digit_copy_rate": all_digit_rate, "all_digit_sources": all_digit_sources,
+        "final_val_loss": round(final_val_loss, 4), "shared_vocabulary": args.shared_vocabulary,
+        "averaged_epochs": average[0].averaged_epochs if average else None,
         "split_by": args.split_by, "no_repeat_ngram_size": args.no_repeat_ngram_size, **limit,
         "bleu_signature": str(bleu.format(signature=True)).split(" = ")[0] + " (lowercase)",
         "test_examples": len(test_sources), "train_examples": len(sources), "epochs": args.epochs,
@@ -145,10 +236,17 @@ def main(argv=None):
         "samples": [{"source": s, "reference": r, "translation": h}
                     for s, r, h in list(zip(test_sources, test_targets, hypotheses))[:8]],
     }
-    if not all(math.isfinite(v) for v in (bleu.score, chrf.score)) or not math.isfinite(unseen_bleu or 0):
+    if not all(math.isfinite(v) for v in (bleu.score, chrf.score, *ood_bleu.values())) or \
+            not math.isfinite(unseen_bleu or 0):
         common.fail(f"non-finite scores: {metrics}")
 
-    card = dict(recipe="train_translator", dataset=args.dataset, limits=LIMITS)
+    side = "English" if args.dataset == "spa-eng" else "German"
+    of = lambda k: f"{len(ood[k][0]):,} of the {len(held[k][0]):,}" if k in ood else "the 0"  # noqa: E731
+    card = dict(recipe="train_translator", dataset=args.dataset, limits=LIMITS, ood={
+        "ood_length_bleu": f"{of('length')} training pairs whose {side} side has more than "
+                           f"{args.ood_max_words} words, held out of training (trained on the shorter ones)",
+        "ood_rare_word_bleu": f"{of('rare_word')} training pairs whose {side} side holds a word found "
+                              f"in fewer than {args.ood_min_count} training pairs, held out of training"})
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
         export_options={"num_beams": max(4, args.num_beams), "no_repeat_ngram_size": args.no_repeat_ngram_size,
@@ -160,6 +258,10 @@ def main(argv=None):
         print(f"  {sample['source']!r} -> {sample['translation']!r} (reference {sample['reference']!r})")
     print(f"test BLEU {bleu.score:.2f}, chrF {chrf.score:.2f} on {len(test_sources)} pairs "
           f"(BLEU {unseen_bleu} on the {len(unseen)} whose English sentence is not in train)")
+    print("out of distribution: " + ", ".join(f"{k} BLEU {ood_bleu[f'ood_{k}_bleu']} on {len(ood[k][0])} pairs"
+                                              for k in ood) +
+          f"; digit copy rate {digit_rate} ({digit_sources} test sources with digits), "
+          f"long-word rate {metrics['long_word_rate']}")
     print(f"saved: {run_dir}")
     return run_dir
 

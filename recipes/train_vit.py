@@ -12,8 +12,11 @@ The preset defaults to `vit_tiny` on MNIST and `vit_hybrid_cifar` on CIFAR-10
 4x4 map whose cells are the tokens, as the hybrid of Dosovitskiy et al. 2021).
 
 Training uses AdamW with warmup + cosine decay and random shifts (plus flips
-on CIFAR-10). Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving
-SavedModel (`image_bytes` JPEG/PNG or `images` uint8 in; `label`, `label_id`,
+on CIFAR-10). Besides the test split's top-1/top-5 it reports the top-1 on the
+same test images under four seeded shifts (`SHIFTS`, `kformer.data.shifts`:
+moved, turned, noisy, low contrast) as `ood_shift_*_accuracy`. Writes
+`<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
+(`image_bytes` JPEG/PNG or `images` uint8 in; `label`, `label_id`,
 `probabilities` out), `model.keras`, `config.json`, `metrics.json`, training logs.
 
 `--from-pretrained SOURCE` fine-tunes a ViT image classifier checkpoint instead (a Hugging Face
@@ -28,7 +31,7 @@ import time
 import keras
 
 from kformer import models, viz
-from kformer.data import images
+from kformer.data import images, shifts
 from kformer.data.augmentation import augmentation
 from recipes import common
 
@@ -36,6 +39,24 @@ DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_hybrid_cifar"}
 LIMITS = ["Trained from scratch on small images (MNIST 28x28 or CIFAR-10 32x32); other images are resized "
           "to that size and are out of domain.",
           "ViTs need much data; without pretraining, accuracy stays below a CNN of the same cost."]
+SHIFT_SEED = 0  # the shifted test images are the same whatever --seed
+SHIFTS = {  # metrics.json key: (shift of the uint8 test images, what the model card says it changed)
+    "ood_shift_translate_accuracy": (
+        lambda x: shifts.translate(x, pixels=3, seed=SHIFT_SEED),
+        "top-1 on the test images moved 3 px up or down and 3 px left or right (seeded directions), black "
+        "fill; training shifts by up to 2 px (MNIST) or 4 px (CIFAR-10)"),
+    "ood_shift_rotate_accuracy": (
+        lambda x: shifts.rotate(x, degrees=15, seed=SHIFT_SEED),
+        "top-1 on the test images turned 15 degrees (seeded direction) about the centre, bilinear, black corners"),
+    "ood_shift_noise_accuracy": (
+        lambda x: shifts.gaussian_noise(x, std=0.1, seed=SHIFT_SEED),
+        "top-1 on the test images plus seeded Gaussian noise of standard deviation 25.5 grey levels "
+        "(0.1 of the range), clipped to 0..255"),
+    "ood_shift_contrast_accuracy": (
+        lambda x: shifts.reduce_contrast(x, factor=0.5),
+        "top-1 on the test images with contrast halved (every pixel pulled halfway to its image's "
+        "per-channel mean)"),
+}
 
 
 def parse_args(argv=None):
@@ -91,6 +112,15 @@ def _resized(ds, resize):
     return ds.map(without_autograph(lambda x, *rest: (resize(x), *rest)), num_parallel_calls=-1)  # AUTOTUNE
 
 
+def shifted_accuracies(model, preprocessor, test_x, test_y, batch_size, resize=None):
+    """{`SHIFTS` key: top-1 accuracy of `model` on `test_x` under that shift}, batched as the test split."""
+    accuracies = {}
+    for key, (shift, _) in SHIFTS.items():
+        ds = _resized(preprocessor.dataset(shift(test_x), test_y, batch_size=batch_size), resize)
+        accuracies[key] = float(model.evaluate(ds, verbose=0)[1])
+    return accuracies
+
+
 @common.entry_point
 def main(argv=None):
     from kformer.data.preprocessors import ImageClassifierPreprocessor  # TensorFlow: not needed to parse flags
@@ -136,7 +166,8 @@ def main(argv=None):
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
     train_seconds = time.time() - start
     _, top1, top5 = model.evaluate(test_ds, verbose=0)
-    metrics = {"test_top1": float(top1), "test_top5": float(top5), "test_examples": len(test_y),
+    shifted = shifted_accuracies(model, preprocessor, test_x, test_y, args.batch_size, resize)
+    metrics = {"test_top1": float(top1), "test_top5": float(top5), **shifted, "test_examples": len(test_y),
                "train_examples": cut, "epochs": args.epochs, "train_seconds": round(train_seconds, 1),
                "backend": keras.backend.backend(),
                **({"learning_rate": args.learning_rate, "from_pretrained": args.from_pretrained}
@@ -145,11 +176,14 @@ def main(argv=None):
     limits = LIMITS if args.from_pretrained is None else [
         f"Fine-tuned from {args.from_pretrained}: {args.dataset} images are resized to its "
         f"{model.image_size}x{model.image_size} RGB input; its pretraining data and biases carry over."]
-    card = dict(recipe="train_vit", dataset=args.dataset, limits=limits)
+    card = dict(recipe="train_vit", dataset=args.dataset, limits=limits,
+                ood={key: description for key, (_, description) in SHIFTS.items()})
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card, log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_patch_attention(model, test_x[0])))
     print(f"test top-1: {top1:.4f}, top-5: {top5:.4f} on {len(test_y)} {args.dataset} images")
+    print("shifted test images, top-1: " + ", ".join(
+        f"{key.removeprefix('ood_shift_').removesuffix('_accuracy')} {value:.4f}" for key, value in shifted.items()))
     print(f"saved: {run_dir}")
     return run_dir
 

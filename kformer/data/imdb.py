@@ -5,6 +5,12 @@ Files are `<data_dir>/imdb/{train,test,unsup}.jsonl.gz`, one
 repository bundles a 5,000 train / 2,000 test / 3,000 unlabeled sample; pass
 the full set's directory as `data_dir` for 25,000 / 25,000 / 50,000, or
 use `load_split_tfds` to read TFDS's `imdb_reviews` (downloads when online).
+
+Short-text proxies (`first_sentences`, `random_crops`) cut reviews down to
+the one-sentence inputs users type, to measure a classifier trained on whole
+reviews on short ones. They are proxies: a review's first sentence or a
+random crop of it does not always carry the review's sentiment ("I saw this
+at a festival."), so their accuracy is a lower bound on short, opinionated text.
 """
 
 import json
@@ -20,6 +26,11 @@ from kformer.data.subsets import balanced_order
 BUNDLED_DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 SPLITS = ("train", "test", "unsup")
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+# A candidate sentence end: a run of terminators, closing quotes or brackets, then a space or the end.
+_END = re.compile(r"([.!?\u2026]+)([\"'\u201d\u2019)\]]*)(?=\s|$)")
+# Words whose "." never ends a sentence (compared without case and without their inner dots).
+ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "mt", "lt", "col", "gen",
+                           "capt", "sgt", "rev", "hon", "fr", "ie", "eg", "cf", "approx", "dept", "vol"})
 
 
 def clean_text(text):
@@ -149,3 +160,117 @@ def train_validation_split(texts, labels, validation_fraction=0.1, seed=0):
     cut = len(texts) - max(1, int(round(len(texts) * validation_fraction)))
     pick = lambda idx: ([texts[i] for i in idx], labels[idx])  # noqa: E731
     return pick(order[:cut]), pick(order[cut:])
+
+
+def first_sentence(text):
+    """The first sentence of a review (raw or cleaned), whitespace collapsed.
+
+    Rules, in order:
+
+    1. A line break (`<br />`, any case) ends a sentence: the first paragraph
+       holding a letter or digit is read.
+    2. A sentence ends at a run of `.`, `!`, `?` or `…` (so `...`, `?!` and
+       `!!!` are one end), with the closing quotes or brackets right after it
+       (`"'”’)]`), followed by a space or the end of the text.
+    3. A single `.` does not end a sentence after an abbreviation in
+       `ABBREVIATIONS` (`Mr.`, `Dr.`, `vs.`, `e.g.` ...) or after an initial: one
+       capital letter (`J. R. R. Tolkien`) or dotted letters (`U.S.`).
+    4. An end other than a bare single `.` (an ellipsis, `!`/`?` runs, an end
+       inside quotes) does not end a sentence when the next word starts with a
+       lowercase letter: `It was... okay.`, `"Wow!" he said.` A bare `.` does,
+       whatever follows (reviews written in lowercase still split).
+    5. A sentence holds at least one letter or digit: leading `...` or `!!!` join
+       the first sentence.
+
+    Without any end, the whole (first) paragraph is the sentence.
+
+    Args:
+        text: str. A review.
+
+    Example:
+
+    >>> first_sentence('Mr. Smith\\'s "Wow!" was great... really. Then it dragged.')
+    'Mr. Smith\\'s "Wow!" was great... really.'
+    >>> first_sentence("A fine film<br /><br />Really great.")
+    'A fine film'
+    """
+    paragraphs = [p for p in _BREAK.split(text) if re.search(r"\w", p)]
+    text = " ".join(paragraphs[0].split()) if paragraphs else " ".join(_BREAK.sub(" ", text).split())
+    for match in _END.finditer(text):
+        before = text[:match.start()]
+        if not re.search(r"\w", before):
+            continue  # rule 5
+        terminator, closing = match.group(1), match.group(2)
+        if terminator == "." and not closing:
+            word = before.rsplit(None, 1)[-1].lstrip("\"'\u201c\u2018([")
+            if (word.replace(".", "").lower() in ABBREVIATIONS or re.fullmatch(r"[A-Z]", word)
+                    or re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]", word)):
+                continue  # rule 3
+        else:
+            following = text[match.end():].lstrip()
+            if following[:1].islower():
+                continue  # rule 4
+        return text[:match.end()]
+    return text
+
+
+def first_sentences(texts, labels):
+    """Each review cut to its first sentence (`first_sentence`): returns (texts: list[str], labels: int32 array).
+
+    A proxy for one-sentence reviews: the first sentence does not always carry
+    the review's sentiment (it often names the film or sets the scene).
+
+    Args:
+        texts: list of str. Reviews, raw or cleaned.
+        labels: int array `(n,)`, passed through.
+
+    Example:
+
+    >>> first_sentences(["Dull. Avoid it.", "Great fun!"], [0, 1])
+    (['Dull.', 'Great fun!'], array([0, 1], dtype=int32))
+    """
+    return [first_sentence(t) for t in texts], _labels_for(texts, labels)
+
+
+def random_crops(texts, labels, min_words=10, max_words=30, seed=0):
+    """A random window of `min_words` to `max_words` consecutive words of each review.
+
+    Deterministic: the window of review `i` depends only on `seed`, `i` and
+    its word count (two uniform draws a review, in order), so a prefix of
+    `texts` gets the same crops. A review of at most the drawn length is kept whole. Words are
+    whitespace-separated, after `clean_text`.
+
+    Args:
+        texts: list of str. Reviews, raw or cleaned.
+        labels: int array `(n,)`, passed through.
+        min_words, max_words: ints, `1 <= min_words <= max_words`. Defaults to `10` and `30`.
+        seed: int. Defaults to `0`.
+
+    Returns:
+        (texts: list[str], labels: int32 array).
+
+    Example:
+
+    >>> crops, _ = random_crops(["one two three", " ".join(["w"] * 100)], [0, 1])
+    >>> crops[0], 10 <= len(crops[1].split()) <= 30
+    ('one two three', True)
+    """
+    if not (isinstance(min_words, int) and isinstance(max_words, int) and 1 <= min_words <= max_words):
+        raise ValueError(f"Expected integers 1 <= min_words <= max_words. Received: min_words={min_words!r}, "
+                         f"max_words={max_words!r}")
+    draws = np.random.default_rng(seed).random((len(texts), 2))  # row i: review i's length and offset
+    crops = []
+    for text, (length_draw, offset) in zip(texts, draws):
+        length = min_words + min(int(length_draw * (max_words - min_words + 1)), max_words - min_words)
+        words = clean_text(text).split()
+        start = int(offset * (max(len(words) - length, 0) + 1))
+        crops.append(" ".join(words[start:start + length]))
+    return crops, _labels_for(texts, labels)
+
+
+def _labels_for(texts, labels):
+    labels = np.asarray(labels, "int32")
+    if labels.shape != (len(texts),):
+        raise ValueError(f"Expected one label per text. Received: {len(texts)} texts and labels of shape "
+                         f"{labels.shape}")
+    return labels

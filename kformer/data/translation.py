@@ -23,9 +23,30 @@ Multi30k task 1 (German -> English, research-only license, not bundled):
     sources, targets = load_split("train", dataset="spa-eng")
     preprocessor = TranslatorPreprocessor(en_tokenizer, es_tokenizer, sequence_length=40)
     ds = preprocessor.dataset(sources, targets, batch_size=64, shuffle=True)  # kformer.data.buckets
+
+Out-of-distribution splits (`ood_split_indices`, `ood_splits`): two sets of
+pairs held out of a training split, to score a model on what it did not see.
+"length": the pairs whose source has more than `max_words` whitespace-separated
+words (`OOD_MAX_WORDS`: 12 for spa-eng, 20 for Multi30k's German); "rare_word":
+of the rest, pairs whose source holds a word (lower-cased `\\w+`) found in fewer
+than `min_count` (2) of those pairs, so in at most `min_count - 1` training
+pairs and, with the default, in none; at most `max_fraction` (4%) of them, the
+first in split order, together with every other pair of the same source
+sentence. The training split keeps the rest. Sizes (train pairs held out):
+
+| data | train before | length (> N words) | rare word | train after |
+|---|---|---|---|---|
+| spa-eng, bundled sample | 4,000 | 78 (N = 12) | 156 | 3,766 |
+| spa-eng, full, pair split | 107,067 | 2,616 (N = 12) | 3,731 | 100,720 |
+| spa-eng, full, source split | 107,044 | 2,650 (N = 12) | 3,754 | 100,640 |
+| Multi30k | 29,000 | 634 (N = 20) | 1,134 | 27,232 |
+
+    rows = ood_split_indices(sources, max_words=12)   # {"train", "length", "rare_word"} -> line indices
 """
 
+import collections
 import pathlib
+import re
 
 import numpy as np
 
@@ -37,6 +58,11 @@ DATASETS = ("spa-eng", "multi30k")
 SPLITS = ("train", "validation", "test")
 SPLIT_BY = ("pair", "source")
 MULTI30K_FILES = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+OOD_MAX_WORDS = {"spa-eng": 12, "multi30k": 20}  # about 2% of the training pairs are longer
+OOD_MIN_COUNT = 2  # a rare word is in fewer training pairs than this
+OOD_MAX_FRACTION = 0.04  # the rare-word set holds at most this share of the training pairs
+OOD_SPLITS = ("length", "rare_word")
+_WORD = re.compile(r"\w+")
 
 
 def load_split(split, dataset="spa-eng", data_dir=None, max_examples=None, split_by="pair"):
@@ -116,6 +142,96 @@ def split_by_source(sources):
     for k, rows in enumerate(split_indices(len(distinct)).values()):
         side[rows] = k
     return {split: np.flatnonzero(side[group] == k) for k, split in enumerate(SPLITS)}
+
+
+def words(text):
+    """The words the out-of-distribution splits count: lower-cased `\\w+` runs (digits are words too).
+
+    Args:
+        text: str.
+
+    Example:
+
+    >>> words("Tom's 2 cats, in 1984.")
+    ['tom', 's', '2', 'cats', 'in', '1984']
+    """
+    return _WORD.findall(text.lower())
+
+
+def ood_split_indices(sources, max_words=OOD_MAX_WORDS["spa-eng"], min_count=OOD_MIN_COUNT,
+                      max_fraction=OOD_MAX_FRACTION):
+    """Split a training split's lines into train and two out-of-distribution sets: dict -> sorted int arrays.
+
+    `"length"`: the lines whose source has more than `max_words` words
+    (`str.split`). `"rare_word"`: of the others (the pool), lines whose
+    source holds a word (`words`) found in fewer than `min_count` pool
+    lines, so in fewer than `min_count` training lines (none with the
+    default 2); the first ones in split order, each with every other pool
+    line of the same source sentence, while they stay within `max_fraction`
+    of the pool. `"train"`: the rest. Deterministic (no randomness: the
+    splits are already shuffled); no source sentence of a held-out line is
+    left in `"train"`.
+
+    Args:
+        sources: list of str, the source side of the training split.
+        max_words: int, or None for no length set.
+        min_count: int, or None (or 0) for no rare-word set.
+        max_fraction: float in [0, 1], the rare-word set's cap.
+
+    Example:
+
+    >>> sources = ["a b", "a c", "a b c d", "a z", "b c", "b c"]
+    >>> {k: v.tolist() for k, v in ood_split_indices(sources, max_words=3, max_fraction=0.5).items()}
+    {'train': [0, 1, 4, 5], 'length': [2], 'rare_word': [3]}
+    """
+    if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1):
+        raise ValueError(f"`max_words` must be a positive int or None. Received: max_words={max_words!r}")
+    if min_count is not None and (isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0):
+        raise ValueError(f"`min_count` must be an int >= 0 or None. Received: min_count={min_count!r}")
+    if not 0 <= max_fraction <= 1:
+        raise ValueError(f"`max_fraction` must be in [0, 1]. Received: max_fraction={max_fraction!r}")
+    long = [i for i, s in enumerate(sources) if max_words is not None and len(s.split()) > max_words]
+    held = set(long)
+    pool = [i for i in range(len(sources)) if i not in held]
+    rare_rows = []
+    if min_count:
+        counts = collections.Counter(w for i in pool for w in set(words(sources[i])))
+        lines_of = collections.defaultdict(list)
+        for i in pool:
+            lines_of[sources[i]].append(i)
+        cap, taken = int(max_fraction * len(pool)), set()
+        for i in pool:
+            if sources[i] in taken or all(counts[w] >= min_count for w in words(sources[i])):
+                continue
+            if len(rare_rows) + len(lines_of[sources[i]]) > cap:
+                break
+            taken.add(sources[i])
+            rare_rows += lines_of[sources[i]]
+        held.update(rare_rows)
+    as_array = lambda rows: np.array(sorted(rows), "int64")  # noqa: E731
+    return {"train": as_array(i for i in range(len(sources)) if i not in held), "length": as_array(long),
+            "rare_word": as_array(rare_rows)}
+
+
+def ood_splits(sources, targets, max_words=OOD_MAX_WORDS["spa-eng"], min_count=OOD_MIN_COUNT,
+               max_fraction=OOD_MAX_FRACTION):
+    """`ood_split_indices` applied to pairs: dict `"train"`, `"length"`, `"rare_word"` -> (sources, targets).
+
+    Args:
+        sources, targets: lists of str, a training split's pairs.
+        max_words, min_count, max_fraction: see `ood_split_indices`.
+
+    Example:
+
+    >>> sources, targets = load_split("train")
+    >>> {k: len(v[0]) for k, v in ood_splits(sources, targets).items()}  # the bundled sample
+    {'train': 3766, 'length': 78, 'rare_word': 156}
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"`sources` and `targets` must be parallel. Received: {len(sources)} sources, "
+                         f"{len(targets)} targets")
+    rows = ood_split_indices(sources, max_words, min_count, max_fraction)
+    return {k: ([sources[i] for i in r], [targets[i] for i in r]) for k, r in rows.items()}
 
 
 def _load_spa_eng(folder, split, split_by):

@@ -22,7 +22,7 @@ from kformer.export.preprocessing import default_preprocessor
 from kformer.export.signatures import SIGNATURES, signature_set
 from kformer.export.versioning import write_new_version
 from kformer.export.worker import write_in_tensorflow
-from kformer.models.decoding_options import check_export_options
+from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, check_export_options
 from kformer.models.postprocess import check_top_k
 
 
@@ -58,7 +58,8 @@ def export_for_serving(task, export_dir, *, version=None, **options):
 
 def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
                      model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                     xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None):
+                     xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None,
+                     max_word_pieces=TRANSLATE_MAX_WORD_PIECES):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
@@ -81,6 +82,13 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
             `floor(max_length_ratio * n_i) + max_length_offset` tokens, `n_i`
             its source length (see `kformer.models.generate`). Defaults
             `None` (off: `max_length`), `10`.
+        max_word_pieces: int or None. Translation: no word of a translation
+            has more WordPiece pieces (`##` continuations after the piece
+            that starts it), in every translation signature (see
+            `kformer.models.generate`). Defaults to `Translator.translate`'s
+            default (`kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`),
+            so the served translations are `translate`'s; `None` or `0`: off.
+            Other task types must keep the default.
         xla: bool. Translation: also write `translate_xla`, greedy decoding
             with the loop compiled by XLA (about 5x faster for one request on
             a CPU, 2x at batch 64, docs/BENCHMARKS.md). TF Serving runs it
@@ -110,7 +118,7 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
     """
     preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name,
                                      top_p, temperature, no_repeat_ngram_size, xla, max_length_ratio,
-                                     max_length_offset, max_image_pixels)
+                                     max_length_offset, max_image_pixels, max_word_pieces)
     directory = pathlib.Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"`directory` must be an empty folder or a new path. Received: {directory} "
@@ -135,7 +143,8 @@ def _write_in_tensorflow_process(task, options, directory):
 
 
 def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature,
-             no_repeat_ngram_size, xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None):
+             no_repeat_ngram_size, xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None,
+             max_word_pieces=TRANSLATE_MAX_WORD_PIECES):
     task_type = getattr(task, "task_type", None)
     if task_type not in SIGNATURES:
         raise ValueError("`task` must be a kformer task model with serving signatures "
@@ -166,7 +175,8 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
     options.update(check_export_options(
         task_type, sequence_length=preprocessor.sequence_length, position_limit=limit, max_length=max_length,
         num_beams=num_beams, top_p=top_p, temperature=temperature, no_repeat_ngram_size=no_repeat_ngram_size,
-        xla=xla, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset))
+        xla=xla, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset,
+        max_word_pieces=max_word_pieces))
     options["signatures"] = signature_set(task_type, preprocessor)
     if task_type == "fill_mask":
         options["top_k"] = check_top_k(top_k, preprocessor.tokenizer.vocabulary_size)  # as `fill_mask`

@@ -64,7 +64,8 @@ def translate(strategy, jit_compile=False):
                                  end_token_id=preprocessor.end_token_id,
                                  no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
                                  max_length_ratio=options.get("max_length_ratio"),
-                                 max_length_offset=options.get("max_length_offset", 10), xla=jit_compile)
+                                 max_length_offset=options.get("max_length_offset", 10),
+                                 max_word_pieces=options.get("max_word_pieces"), xla=jit_compile)
         if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
             decode = tf.function(decode, jit_compile=True, autograph=False,
                                  input_signature=[tf.TensorSpec([None, None], tf.int32)])

@@ -13,6 +13,7 @@ XLA-compiled on TensorFlow and JAX, eager on torch, once per setting.
 """
 
 import contextlib
+import weakref
 
 import keras
 import numpy as np
@@ -63,6 +64,92 @@ def ban_repeated_ngrams(logits, tokens, t, n):
     counts = ops.scatter_update(ops.zeros_like(logits), indices, ops.reshape(ops.cast(match, logits.dtype), (-1,)),
                                 reduction="add")
     return ops.where(counts > 0, NEG_INF, logits)
+
+
+# `word_piece_kinds`: what each target id is to the word-piece guard
+SPECIAL, WORD_START, CONTINUATION = 0, 1, 2
+_KINDS = weakref.WeakKeyDictionary()  # tokenizer -> (its vocabulary list, kinds of its ids)
+
+
+def word_piece_kinds(model):
+    """What each id of `model`'s output vocabulary is to `max_word_pieces`: int32 numpy `(vocab,)`.
+
+    `CONTINUATION` (2) for a WordPiece token that continues a word (`##...`),
+    `WORD_START` (1) for one that starts a word (ids past the tokenizer's
+    vocabulary, which detokenize as `[UNK]`, too), `SPECIAL` (0) for the
+    tokenizer's special tokens (`[PAD]`, `[START]`, `[END]`, ...: no piece of
+    a word). Read from the model's preprocessor: a translator's
+    `target_tokenizer`, a language model's `tokenizer`; computed once per
+    vocabulary. Only WordPiece marks its continuation pieces, so a model
+    without a preprocessor, or with another tokenizer (GPT-2's byte-level BPE,
+    whose pieces carry no such mark), is a ValueError: the guard could not
+    tell where a word ends. A WordPiece vocabulary without `##` pieces gives
+    no `CONTINUATION` (the guard then bans nothing: no word has two pieces).
+
+    Example:
+
+    >>> from kformer import models
+    >>> from kformer.data.preprocessors import TranslatorPreprocessor
+    >>> from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+    >>> tokenizer = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["vic", "##tim", "##s"])
+    >>> model = models.translator(preset="transformer_tiny", vocabulary_size=12,
+    ...                           preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 8))
+    >>> word_piece_kinds(model).tolist()
+    [0, 0, 0, 0, 0, 0, 0, 1, 2, 2, 1, 1]
+    """
+    preprocessor = getattr(model, "preprocessor", None)
+    tokenizer = getattr(preprocessor, "target_tokenizer", None) or getattr(preprocessor, "tokenizer", None)
+    if tokenizer is not None:  # a preprocessor exists: its tokenizers' module is loaded already
+        from kformer.data.wordpiece import WordPieceTokenizer
+    if tokenizer is None or not isinstance(tokenizer, WordPieceTokenizer):
+        raise ValueError(
+            "`max_word_pieces` needs the model's WordPiece tokenizer (its preprocessor's `target_tokenizer` or "
+            "`tokenizer`) to tell the pieces that continue a word (`##...`) from those that start one; "
+            f"pass `max_word_pieces=None`. Received: a {type(model).__name__} with "
+            f"{'no preprocessor' if preprocessor is None else f'a {type(tokenizer).__name__} tokenizer'}")
+    cached = _KINDS.get(tokenizer)
+    if cached is None or cached[0] is not tokenizer.vocabulary:
+        special = set(tokenizer.special_tokens)
+        kinds = np.array([SPECIAL if token in special else CONTINUATION if token.startswith("##") else WORD_START
+                          for token in tokenizer.vocabulary], "int32")
+        cached = _KINDS[tokenizer] = (tokenizer.vocabulary, kinds)
+    vocab = model.decoding_limits()["vocabulary_size"]
+    kinds = cached[1][:vocab]
+    return np.concatenate([kinds, np.full((vocab - len(kinds),), WORD_START, "int32")])
+
+
+def ban_long_words(logits, tokens, t, max_pieces, kinds):
+    """Logits `(batch, vocab)` for position `t`, minus every continuation piece where the row's word is full.
+
+    A row's current word is the piece before position `t` and the
+    continuation pieces right before it, back to the piece that starts it; it
+    is full when it has `max_pieces` pieces: the `max_pieces - 1` tokens
+    before `t` are continuations and the one before them is a piece (a word
+    start or a continuation; not a special token such as `[START]`, nor a
+    position before the buffer). Then every `CONTINUATION` id is banned, so
+    the row starts a new word or ends. Reads `max_pieces` tokens a step.
+    `tokens`: int `(batch, length)`, the decoding buffer; `kinds`: int
+    `(vocab,)` from `word_piece_kinds`.
+    """
+    inside = t - max_pieces >= 0  # a word of max_pieces pieces fits before t
+    if isinstance(inside, bool) and not inside:  # torch's eager loop knows t
+        return logits
+    positions = t - max_pieces + ops.arange(max_pieces)  # t - max_pieces .. t - 1
+    window = ops.take(kinds, ops.take(tokens, ops.maximum(positions, 0), axis=1), axis=0)  # (batch, max_pieces)
+    full = ops.logical_and(ops.all(ops.equal(window[:, 1:], CONTINUATION), axis=1),
+                           ops.not_equal(window[:, 0], SPECIAL))
+    if not isinstance(inside, bool):
+        full = ops.logical_and(full, inside)
+    return ops.where(ops.logical_and(full[:, None], ops.equal(kinds, CONTINUATION)[None, :]), NEG_INF, logits)
+
+
+def _ban(logits, tokens, t, c):
+    """The logits at position `t` after this call's bans (`no_repeat_ngram_size`, `max_word_pieces`)."""
+    if c["no_repeat_ngram_size"]:
+        logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
+    if c.get("max_word_pieces"):
+        logits = ban_long_words(logits, tokens, t, c["max_word_pieces"], c["word_kinds"])
+    return logits
 
 
 def sample(logits, uniform):
@@ -152,8 +239,7 @@ def _decode_loop(task, inputs, noise, c):
 
     def body(t, tokens, caches, logits, done):
         t = _known(t)
-        if c["no_repeat_ngram_size"]:
-            logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
+        logits = _ban(logits, tokens, t, c)
         if c["strategy"] == "greedy":
             word = ops.cast(ops.argmax(logits, axis=-1), "int32")
         else:
@@ -194,8 +280,7 @@ def _beam_loop(task, inputs, c):
 
     def body(t, tokens, caches, logits, scores, done, lengths):
         t = _known(t)
-        if c["no_repeat_ngram_size"]:
-            logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
+        logits = _ban(logits, tokens, t, c)
         forced = _column(prompt, t)
         prompt_token = ops.where(ops.arange(vocab)[None, :] == _column(tokens, t)[:, None], 0.0, NEG_INF)
         log_probs = ops.where(forced[:, None], prompt_token, ops.log_softmax(logits, axis=-1))
@@ -225,18 +310,23 @@ def _beam_loop(task, inputs, c):
 class _Generator(keras.Model):
     """Wraps the loop in a Keras model so `predict_on_batch` compiles it (XLA on TF/JAX)."""
 
-    def __init__(self, task, config):
+    def __init__(self, task, config, word_kinds=None):
         super().__init__(name="generator")
         self.task = task
         self.config = config
+        self.word_kinds = word_kinds
 
     def call(self, inputs):
-        return _run(self.task, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile)
+        return _run(self.task, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile,
+                    word_kinds=self.word_kinds)
 
 
-def _run(task, token_ids, noise, c, xla):
-    """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`)."""
+def _run(task, token_ids, noise, c, xla, word_kinds=None):
+    """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`).
+    `word_kinds`: `word_piece_kinds(task)` where `c["max_word_pieces"]` is set (a constant of the graph)."""
     token_ids = ops.cast(token_ids, "int32")
+    if c.get("max_word_pieces"):
+        c = {**c, "word_kinds": ops.convert_to_tensor(word_kinds, "int32")}
     with traced_for_xla() if xla else contextlib.nullcontext():
         if c["strategy"] == "beam":
             return _beam_loop(task, token_ids, c)
@@ -248,7 +338,8 @@ _COMPILED = {}
 
 def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
              num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True,
-             no_repeat_ngram_size=0, max_length_ratio=None, max_length_offset=10, pad_batch=True):
+             no_repeat_ngram_size=0, max_length_ratio=None, max_length_offset=10, max_word_pieces=None,
+             pad_batch=True):
     """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
     Translator: returns the generated tokens after `start_token_id`, through
@@ -291,6 +382,15 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             A batch of short sources stops sooner, and a row caught in a
             loop stops near its source's length. `None` (default): `max_length`.
         max_length_offset: int >= 0. See `max_length_ratio`. Defaults to `10`.
+        max_word_pieces: int or None. `k >= 1`: no generated word has more
+            than `k` WordPiece pieces (a piece that starts a word and the
+            `##` pieces that continue it): once a row's word has `k`, every
+            `##` id is banned at the next step, so the model starts a new
+            word or ends. Stops degenerate chains of invented pieces on
+            unfamiliar words ("el ompipimpumpremprimi"). Needs the model's
+            WordPiece tokenizer, from its preprocessor (`word_piece_kinds`;
+            else a ValueError). A causal prompt's pieces count toward its
+            last word. `None` or `0` (default): off.
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the
             batch at `batching.batch_bucket(batch)` rows, a few compiles for any batch
             sizes. `False`: at its own size, one compile per size, and no
@@ -317,18 +417,19 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         model.decoding_family, ids, **model.decoding_limits(), max_length=max_length, start_token_id=start_token_id,
         end_token_id=end_token_id, strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=k, p=p,
         temperature=temperature, use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
-        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset)
+        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset, max_word_pieces=max_word_pieces)
     seed = config.pop("seed")
+    kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
     translator = model.decoding_family == "translator"
     if translator:  # drop all-padding columns: a batch of short sources encodes short
         ids = batching.pad_width(batching.trim_width(ids))
     else:
         ids = batching.pad_width(ids, config["max_length"])
     ids = np.asarray(ops.convert_to_numpy(ids))
-    key = (id(model), tuple(sorted(config.items())))
+    key = (id(model), tuple(sorted(config.items())), None if kinds is None else kinds.tobytes())
     xla = keras.backend.backend() != "torch"
     if key not in _COMPILED:
-        generator = _Generator(model, config)
+        generator = _Generator(model, config, kinds)
         generator.compile(jit_compile=xla)
         _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
         _COMPILED[key] = (model, generator)
@@ -344,7 +445,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
 
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
                     num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                    max_length_ratio=None, max_length_offset=10, xla=False):
+                    max_length_ratio=None, max_length_offset=10, max_word_pieces=None, xla=False):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
     In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
@@ -355,7 +456,7 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         model: a `Translator` or a `CausalLM`.
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, no_repeat_ngram_size,
-            max_length_ratio, max_length_offset: as in `generate`.
+            max_length_ratio, max_length_offset, max_word_pieces: as in `generate`.
         xla: bool. `True` when `fn` will be traced inside a
             `tf.function(jit_compile=True)`: its cache writes are then XLA's
             in-place update. `False` (default): core TensorFlow ops only, which
@@ -375,9 +476,10 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy, num_beams=num_beams,
         length_penalty=length_penalty, k=k, p=p, temperature=temperature, use_cache=True, seed=None,
         no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
-        max_length_offset=max_length_offset)
+        max_length_offset=max_length_offset, max_word_pieces=max_word_pieces)
     config.pop("seed")
-    return lambda token_ids, noise=None: _run(model, token_ids, noise, config, xla=bool(xla))
+    kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
+    return lambda token_ids, noise=None: _run(model, token_ids, noise, config, xla=bool(xla), word_kinds=kinds)
 
 
 def _check_model(model):

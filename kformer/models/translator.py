@@ -6,6 +6,7 @@ from keras import ops
 
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
+from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES
 from kformer.models.generate import generate as generate_ids
 from kformer.models.generative import GenerativeTask
 from kformer.models.input_checks import check_batch_size
@@ -206,7 +207,8 @@ class Translator(GenerativeTask):
         """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, **kwargs)`."""
         return generate_ids(self, encoder_token_ids, **kwargs)
 
-    def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=None, **kwargs):
+    def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=None,
+                  max_word_pieces=TRANSLATE_MAX_WORD_PIECES, **kwargs):
         """Translate strings: list of str (or one str) -> list of str.
 
         Tokenizes with the preprocessor, decodes with `generate` (`strategy`:
@@ -215,6 +217,10 @@ class Translator(GenerativeTask):
         the preprocessor's `sequence_length`. Texts are batched by source
         length (short with short, so a batch's loop ends sooner), `batch_size`
         (default 256) at a time, and returned in the order given. `[]` gives `[]`.
+        `max_word_pieces` (see `generate`): no output word has more WordPiece
+        pieces; defaults to `kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`
+        (5), which stops the chains of invented `##` pieces an unfamiliar word
+        sets off (issue 60); `None` turns the guard off.
         """
         preprocessor = self._require_preprocessor("translate")
         check_batch_size(batch_size)
@@ -229,7 +235,7 @@ class Translator(GenerativeTask):
         source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
         options = dict(max_length=preprocessor.sequence_length if max_length is None else max_length, strategy=strategy,
                        start_token_id=preprocessor.start_token_id,
-                       end_token_id=preprocessor.end_token_id, **kwargs)
+                       end_token_id=preprocessor.end_token_id, max_word_pieces=max_word_pieces, **kwargs)
         order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")
         outputs = [None] * len(source)
         for start in range(0, len(source), batch_size):

@@ -13,6 +13,7 @@ from kformer.data import imdb
 from kformer.data.preprocessors import (BertPreprocessor, ImageClassifierPreprocessor,
                                         TextClassifierPreprocessor, TranslatorPreprocessor)
 from kformer.data.wordpiece import WordPieceTokenizer
+from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXTS = ["A wonderful, moving film.", "Dull and far too long.", "", "The [MASK] was [MASK]."]
@@ -107,7 +108,8 @@ def test_translator_translates_strings_and_reloads(tokenizer, tmp_path):
     assert model.translate(texts, max_length=6, batch_size=2) == [model.translate(t, max_length=6) for t in texts]
     source = model.preprocessor.encode(["How are you?"])["encoder_token_ids"]
     ids = model.generate(source, max_length=6, start_token_id=model.preprocessor.start_token_id,
-                         end_token_id=model.preprocessor.end_token_id)
+                         end_token_id=model.preprocessor.end_token_id,
+                         max_word_pieces=TRANSLATE_MAX_WORD_PIECES)  # translate's default guard
     assert model.preprocessor.detokenize(ids) == greedy[:1]
     model.save(tmp_path / "translator.keras")
     loaded = models.load(tmp_path / "translator.keras")

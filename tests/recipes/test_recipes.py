@@ -24,7 +24,8 @@ def test_translator_recipe(tmp_path):
 
     run_dir = train_translator.main(COMMON + [
         "--preset=transformer_tiny", "--vocabulary-size=300", "--sequence-length=16",
-        "--batch-size=16", "--no-repeat-ngram-size=3", "--serving-xla", f"--output-dir={tmp_path}"])
+        "--batch-size=16", "--no-repeat-ngram-size=3", "--serving-xla", "--max-ood-examples=8",
+        f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "transformer_tiny_spa-eng" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0

@@ -20,7 +20,7 @@ FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
          "--vocabulary-size=300", "--verbose=2"]
 
 
-def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch):
+def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch, capsys):
     learned = []
     learn = WordPieceTokenizer.learn.__func__
     monkeypatch.setattr(WordPieceTokenizer, "learn",
@@ -32,6 +32,16 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch)
     assert config["preset"] == "imdb_tiny" and config["sequence_length"] == 32
     metrics = json.loads((first / "metrics.json").read_text())
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["test_examples"] == 96
+    # short inputs: test and validation reviews cut to first sentences and 10-30-word crops
+    short = ("ood_first_sentence_accuracy", "ood_crop_10_30_accuracy")
+    assert all(0.0 <= metrics[k] <= 1.0 and 0.0 <= metrics[f"val_{k}"] <= 1.0 for k in short)
+    assert metrics["val_examples"] == 10 and metrics["crop_augmentation"] is False
+    with open(first / "training_log.csv") as f:  # the kept weights' validation accuracy
+        assert metrics["val_accuracy"] == pytest.approx(float(next(csv.DictReader(f))["val_accuracy"]))
+    out = capsys.readouterr().out
+    assert (f"test accuracy: {metrics['test_accuracy']:.4f} on 96 reviews; on their first sentences "
+            f"{metrics['ood_first_sentence_accuracy']:.4f}, on 10-30-word crops "
+            f"{metrics['ood_crop_10_30_accuracy']:.4f}") in out and "validation accuracy: " in out
     model = models.load(first)  # the task with its preprocessor: raw text in
     vocabulary = model.preprocessor.tokenizer.vocabulary
     assert vocabulary[:2] == ["[PAD]", "[UNK]"] and len(vocabulary) == model.vocabulary_size
@@ -44,20 +54,31 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch)
     card = (first / "README.md").read_text()  # the model card
     assert card.startswith("# imdb_tiny: TextClassifier (imdb_tiny)") and "--max-examples=96" in card
     assert f"| test_accuracy | {metrics['test_accuracy']:.4g} |" in card and "## Known limits" in card
+    assert "## Out of distribution" in card and "10-30 consecutive words" in card
+    assert f"| ood_crop_10_30_accuracy | {metrics['ood_crop_10_30_accuracy']:.4g} |" in card
     facts = json.loads((first / "assets.extra" / "model_card.json").read_text())
     assert facts["parameters"] == model.count_params() and facts["task_type"] == "text_classification"
     assert not (tmp_path / "imdb_tiny" / "_training").exists()
     assert_figures(first)  # curves.png and attention.png, shown in the card
     assert set(facts["figures"]) == {"curves.png", "attention.png"}
     before = (first / "model.keras").read_bytes()
-    second = train_imdb.main(flags + ["--no-export", "--no-plots"])
+    # model overrides and short training crops; the vocabulary (learned on the reviews) is the same
+    second = train_imdb.main(flags + ["--no-export", "--no-plots", "--crop-augmentation", "--ngram-buckets=64",
+                                      "--no-mask-padding"])
     assert second == tmp_path / "imdb_tiny" / "2"
+    assert json.loads((second / "metrics.json").read_text())["crop_augmentation"] is True
+    config = json.loads((second / "config.json").read_text())
+    assert config["ngram_buckets"] == 64 and config["mask_padding"] is False
+    with open(second / "training_log.csv") as f:
+        assert float(next(csv.DictReader(f))["loss"]) > 0  # trained (on 86 reviews and 86 crops)
     assert not list(second.glob("*.png")) and ".png)" not in (second / "README.md").read_text()
     assert (first / "model.keras").read_bytes() == before
     assert not list((tmp_path / "imdb_tiny").glob(".tmp-*"))
     assert len(learned) == 1  # the second run reused the cached vocabulary
     cached, = (tmp_path / "imdb_tiny" / "_prepared").glob("vocabulary-*.txt")
-    assert models.load(second).preprocessor.tokenizer.vocabulary == vocabulary == cached.read_text().split("\n")[:-1]
+    second_model = models.load(second)
+    assert second_model.preprocessor.tokenizer.vocabulary == vocabulary == cached.read_text().split("\n")[:-1]
+    assert second_model.ngram_buckets == 64 and second_model.mask_padding is False
 
 
 @pytest.mark.only_backend("jax")  # the backup mechanics run on all three in tests/reliability
@@ -95,6 +116,16 @@ def test_tfds_flag_trains_on_tfds_imdb_reviews(tmp_path):
         run_dir = train_imdb.main(FLAGS + ["--epochs=1", "--tfds", "--no-export", f"--output-dir={tmp_path}"])
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["test_examples"] == 40 and metrics["train_examples"] == 36
+
+
+def test_model_flags_default_to_the_preset_and_need_a_preset(capsys):
+    args = train_imdb.parse_args([])
+    assert args.ngram_buckets is None and args.mask_padding is None and args.crop_augmentation is False
+    assert train_imdb.parse_args(["--ngram-buckets=0", "--mask-padding"]).mask_padding is True
+    for flags in (["--ngram-buckets=-1"], ["--ngram-buckets=1"], ["--from-pretrained=some/bert", "--ngram-buckets=16"]):
+        with pytest.raises(SystemExit):
+            train_imdb.parse_args(flags)
+    assert "not --from-pretrained" in capsys.readouterr().err
 
 
 def test_schedule_flag_keeps_the_rate_or_warms_up_and_decays_it_over_the_epochs(capsys):

@@ -27,7 +27,7 @@ WORDS = "--vocabulary-size=300"
 RECIPES = {  # name: (module, flags, version folders it writes)
     "imdb": ("train_imdb", [EXAMPLES, WORDS, "--preset=imdb_tiny", "--sequence-length=32"], ["imdb_tiny"]),
     "translator": ("train_translator", [EXAMPLES, WORDS, "--preset=transformer_tiny", "--sequence-length=16",
-                                        "--batch-size=16"], ["transformer_tiny_spa-eng"]),
+                                        "--batch-size=16", "--max-ood-examples=8"], ["transformer_tiny_spa-eng"]),
     "bert": ("pretrain_mini_bert", [EXAMPLES, WORDS, "--sequence-length=32", "--batch-size=16",
                                     "--finetune-epochs=2"], ["bert_tiny_mlm", "bert_tiny_imdb"]),
     "vit": ("train_vit", [EXAMPLES, "--batch-size=32", "--no-export"], ["vit_tiny_mnist"]),  # killed in model.keras
