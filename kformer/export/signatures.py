@@ -82,25 +82,39 @@ def translate(strategy, jit_compile=False):
     return make
 
 
+def _continue(task, preprocessor, options, strategy):
+    """`fn(ids, seed=None) -> (tokens, generated)`: the decoding loop both generation endpoints run.
+
+    `ids` int `(batch, width)` right-padded prompts; with a `seed`, the
+    sampling loop reads one stateless uniform per row and step. `generated` is
+    `tokens` with each row's prompt positions set to 0.
+    """
+    from kformer.models.generate import decode_function
+
+    max_length = options["max_length"]
+    decode = decode_function(task, strategy=strategy, max_length=max_length,
+                             end_token_id=preprocessor.end_token_id, p=options["top_p"],
+                             temperature=options["temperature"],
+                             no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+
+    def run(ids, seed=None):
+        noise = None
+        if seed is not None:
+            noise = tf.random.stateless_uniform([tf.shape(ids)[0], max_length],
+                                                seed=tf.stack([tf.cast(seed, tf.int64), 0]))
+        tokens = decode(ids, noise)
+        return tokens, strip_prompt(tokens, ids)
+    return run
+
+
 def generate_text(strategy):
     """`prompt` string `(batch,)` (+ `seed` int64 scalar when sampling) -> `completion`, `text`."""
     def make(task, preprocessor, options):
-        from kformer.models.generate import decode_function
-
-        max_length = options["max_length"]
-        decode = decode_function(task, strategy=strategy, max_length=max_length,
-                                 end_token_id=preprocessor.end_token_id, p=options["top_p"],
-                                 temperature=options["temperature"],
-                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+        run = _continue(task, preprocessor, options, strategy)
 
         def complete(prompt, seed=None):
-            ids = preprocessor.prompt_tensor(prompt, max_length - 1)  # room for one new token at least
-            noise = None
-            if seed is not None:  # the loop reads one uniform per row and step
-                noise = tf.random.stateless_uniform([tf.shape(ids)[0], max_length],
-                                                    seed=tf.stack([tf.cast(seed, tf.int64), 0]))
-            tokens = decode(ids, noise)
-            generated = strip_prompt(tokens, ids)
+            ids = preprocessor.prompt_tensor(prompt, options["max_length"] - 1)  # room for one new token at least
+            tokens, generated = run(ids, seed)
             detokenize = preprocessor.tokenizer.detokenize
             return {"completion": detokenize(generated), "text": detokenize(tokens)}
         return complete
@@ -118,24 +132,13 @@ def generate_from_ids(strategy):
     detokenized in the graph (core ops).
     """
     def make(task, preprocessor, options):
-        from kformer.models.generate import decode_function
-
-        max_length = options["max_length"]
-        decode = decode_function(task, strategy=strategy, max_length=max_length,
-                                 end_token_id=preprocessor.end_token_id, p=options["top_p"],
-                                 temperature=options["temperature"],
-                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+        run = _continue(task, preprocessor, options, strategy)
         vocabulary_size = preprocessor.tokenizer.vocabulary_size
 
         def complete(prompt_ids, seed=None):
             with tf.control_dependencies([_check_prompt_ids(prompt_ids, vocabulary_size)]):
-                ids = trim_width(tf.identity(prompt_ids)[:, :max_length - 1])
-            noise = None
-            if seed is not None:
-                noise = tf.random.stateless_uniform([tf.shape(ids)[0], max_length],
-                                                    seed=tf.stack([tf.cast(seed, tf.int64), 0]))
-            tokens = decode(ids, noise)
-            generated = strip_prompt(tokens, ids)
+                ids = trim_width(tf.identity(prompt_ids)[:, :options["max_length"] - 1])
+            tokens, generated = run(ids, seed)
             return {"completion": preprocessor.detokenize_tensor(generated),
                     "text": preprocessor.detokenize_tensor(tokens), "completion_ids": generated, "token_ids": tokens}
         return complete

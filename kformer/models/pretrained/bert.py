@@ -8,13 +8,12 @@ table. A config or tokenizer kformer would compute differently is refused, namin
 field and the value, before any weight is assigned.
 """
 
-import json
 import pathlib
 
 import numpy as np
 
-from kformer.models.pretrained.common import (Entry, assign_all, field, linear, norm, read_weights, take,
-                                               to_kformer)
+from kformer.models.pretrained.common import (Entry, assign_all, field, linear, norm, read_json, read_weights,
+                                               take, to_kformer)
 
 TASKS = ("backbone", "fill_mask", "text_classification")
 ARCHITECTURES = {"BertModel": "backbone", "BertForMaskedLM": "fill_mask", "BertForPreTraining": "fill_mask",
@@ -181,7 +180,7 @@ def load_tokenizer(folder, config):
             raise ValueError(f"{path} is not UTF-8 text ({err}).") from None
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
-        settings = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        settings = read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
         lowercase = field(settings, "do_lower_case", True, allowed={True, False}, file="tokenizer_config.json")
         field(settings, "strip_accents", None, allowed={None, lowercase}, file="tokenizer_config.json")
         field(settings, "tokenize_chinese_chars", True, allowed={True}, file="tokenizer_config.json")
@@ -229,21 +228,11 @@ def load_preprocessor(folder, config, sequence_length=None, mask_positions=False
     return BertPreprocessor(load_tokenizer(folder, config), sequence_length, mask_positions=mask_positions)
 
 
-def _read_json(path):
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} must hold a JSON object. Received: {type(value).__name__}")
-    return value
-
-
 def _read_tokenizer_json(path):
     """`tokenizer.json` -> (vocabulary list, lowercase), refusing anything but BERT's WordPiece pipeline."""
     from kformer.data.wordpiece import BERT_SPECIAL_TOKENS
 
-    data = _read_json(path)
+    data = read_json(path)
     name = path.name
     normalizer = data.get("normalizer") or {}
     field(normalizer, "type", allowed={"BertNormalizer"}, file=f"{name} normalizer")

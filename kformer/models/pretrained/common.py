@@ -115,13 +115,19 @@ def read_config(folder):
     if not path.is_file():
         raise ValueError(f"{folder} holds no config.json: expected a Hugging Face checkpoint folder "
                          "(config.json, model.safetensors and the tokenizer files).")
+    return read_json(path)
+
+
+def read_json(path):
+    """A JSON file holding an object, as a dict; a ValueError naming the file when it is not JSON or
+    not an object (config.json, tokenizer_config.json, keras-hub's tokenizer.json, ...)."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} must hold a JSON object. Received: {type(config).__name__}")
-    return config
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object. Received: {type(value).__name__}")
+    return value
 
 
 def field(config, name, default=None, *, allowed=None, file="config.json"):

@@ -23,7 +23,7 @@ import pathlib
 
 import numpy as np
 
-from kformer.models.pretrained.common import assign_all, field, to_kformer
+from kformer.models.pretrained.common import assign_all, field, read_json, to_kformer
 
 WEIGHTS_FILE = "model.weights.h5"
 TASK_FILE, TASK_WEIGHTS_FILE = "task.json", "task.weights.h5"
@@ -251,7 +251,7 @@ def _gpt2_tokenizer_files(folder):
                          f"{sorted(p.name for p in assets.iterdir())}.")
     settings = folder / "tokenizer.json"
     if settings.is_file():
-        tokenizer = _read_json(settings)
+        tokenizer = read_json(settings)
         field(tokenizer, "class_name", "GPT2Tokenizer", allowed={"GPT2Tokenizer"}, file="tokenizer.json")
         options = tokenizer.get("config") or {}
         field(options, "sequence_length", None, allowed={None}, file="tokenizer.json config")
@@ -375,7 +375,7 @@ def _vit_pixels(folder, channels):
     path = folder / "image_converter.json"
     if not path.is_file():
         return {}
-    config = _read_json(path).get("config") or {}
+    config = read_json(path).get("config") or {}
     file = "image_converter.json config"
     field(config, "interpolation", "bilinear", allowed={"bilinear"}, file=file)
     field(config, "antialias", False, allowed={False}, file=file)
@@ -552,7 +552,7 @@ def bert_tokenizer(folder, vocabulary_size=None):
     path = folder / "assets" / "tokenizer" / "vocabulary.txt"
     if not path.is_file():
         raise ValueError(f"{folder} holds no assets/tokenizer/vocabulary.txt: no BERT tokenizer to load.")
-    settings = _read_json(folder / "tokenizer.json") if (folder / "tokenizer.json").is_file() else {}
+    settings = read_json(folder / "tokenizer.json") if (folder / "tokenizer.json").is_file() else {}
     field(settings, "class_name", "BertTokenizer", allowed={"BertTokenizer"}, file="tokenizer.json")
     options = settings.get("config") or {}
     file = "tokenizer.json config"
@@ -586,13 +586,3 @@ def _bert_preprocessor(tokenizer, sequence_length, limit):
         raise ValueError(f"`sequence_length` must be an int in [2, {limit}] (config.json's "
                          f"`config.max_sequence_length`). Received: sequence_length={sequence_length!r}")
     return BertPreprocessor(tokenizer, sequence_length)
-
-
-def _read_json(path):
-    try:
-        value = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} must hold a JSON object. Received: {type(value).__name__}")
-    return value
