@@ -17,9 +17,9 @@ Prompts are the first 8 words of real bundled test reviews. Writes
 benchmarks/results/gpt2_serving_cost.csv.
 """
 
-import csv
 import os
 import pathlib
+import sys
 import tempfile
 import time
 
@@ -31,6 +31,9 @@ import tensorflow as tf  # noqa: E402
 from kformer import export  # noqa: E402
 from kformer.data import imdb  # noqa: E402
 from kformer.models.pretrained import from_pretrained  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import provenance  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).with_name("results") / "gpt2_serving_cost.csv"
 
@@ -87,13 +90,9 @@ def main():
         serve = tf.saved_model.load(str(path)).signatures["serving_default"]
         rows.append(("served greedy request (prompt <= 16 tokens, 36 in all)",
                      median_ms(lambda i: serve(prompt_ids=tf.constant(i)), ids)))
-    RESULTS.parent.mkdir(exist_ok=True)
-    with RESULTS.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["what", "median_ms_per_request"])
-        for name, ms in rows:
-            writer.writerow([name, f"{ms:.3f}"])
-            print(f"{name:<55} {ms:9.3f} ms")
+    provenance.write_csv(RESULTS, ["what", "median_ms_per_request"], [(name, f"{ms:.3f}") for name, ms in rows])
+    for name, ms in rows:
+        print(f"{name:<55} {ms:9.3f} ms")
     print(f"wrote {RESULTS}")
 
 

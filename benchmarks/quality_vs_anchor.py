@@ -5,12 +5,15 @@
     python -m benchmarks.quality_vs_anchor --task mnist --data-dir DATA --epochs 60 --anchor-epochs 1
     python -m benchmarks.quality_vs_anchor --task cifar10 --data-dir DATA --epochs 10
     python -m benchmarks.quality_vs_anchor --task bert --data-dir DATA --max-examples 8000 --epochs 1
+    python -m benchmarks.quality_vs_anchor --task speech --data-dir DATA --epochs 12
 
 The anchors (`benchmarks/anchors/`) are the Keras / keras-hub examples at
 their published sizes: "Text classification with Transformer" (imdb), the
 keras-hub "English-to-Spanish translation" (translation), "Image
-classification with Vision Transformer" (mnist, cifar10) and "End-to-end
-Masked Language Modeling with BERT" (bert). Both sides read the same files,
+classification with Vision Transformer" (mnist, cifar10), "End-to-end
+Masked Language Modeling with BERT" (bert) and, made small for a CPU,
+"Automatic Speech Recognition using CTC" (speech: FSDD digit strings, the
+recipe's own utterances; the recipe runs without its held-out-speaker model). Both sides read the same files,
 use the same train / validation / test split and the same seed, and train
 for `--epochs` (`--anchor-epochs` where equal epochs would not fit). The
 recipe runs as its own process (its command is printed; `--no-export`), the
@@ -34,10 +37,10 @@ from benchmarks import encoder_throughput
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 RECIPES = {"imdb": "train_imdb", "translation": "train_translator", "mnist": "train_vit",
-           "cifar10": "train_vit", "bert": "pretrain_mini_bert"}
-DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 10, "bert": 1}
+           "cifar10": "train_vit", "bert": "pretrain_mini_bert", "speech": "train_speech"}
+DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 10, "bert": 1, "speech": 12}
 RECIPE_FLAGS = {"mnist": ["--dataset", "mnist"], "cifar10": ["--dataset", "cifar10"],
-                "bert": ["--compare-scratch"]}
+                "bert": ["--compare-scratch"], "speech": ["--ood-speaker", "none"]}
 
 
 def parse_args(argv=None):
@@ -122,6 +125,18 @@ def run_anchor(args):
                   for split in ("train", "validation", "test")]
         return {"keras-hub example (greedy)": anchor.run(*splits, epochs=args.anchor_epochs, seed=args.seed,
                                                           verbose=args.verbose)}
+    if args.task == "speech":
+        from benchmarks.anchors import speech as anchor
+        from recipes import train_speech
+
+        recipe_args = train_speech.parse_args(["--seed", str(args.seed), "--ood-speaker", "none", "--no-export",
+                                               "--no-keep-freed-memory",  # set by --malloc already
+                                               *(["--data-dir", args.data_dir] if args.data_dir else []),
+                                               *(["--max-examples", str(args.max_examples)]
+                                                 if args.max_examples else []), *args.recipe_args.split()])
+        _, _, (train, validation, test) = train_speech.splits(recipe_args)
+        return {"keras ASR CTC example (small)": anchor.run(train, validation, test, epochs=args.anchor_epochs,
+                                                           seed=args.seed, verbose=args.verbose)}
     from benchmarks.anchors import vit as anchor
 
     x, y = images.load_split("train", args.task, args.data_dir, args.max_examples)
@@ -133,7 +148,7 @@ def run_anchor(args):
 
 
 SCORES = ("test_accuracy", "scratch_test_accuracy", "test_top1", "test_bleu", "test_chrf",
-          "masked_token_accuracy")
+          "masked_token_accuracy", "test_digit_error_rate", "test_utterance_accuracy")
 
 
 def summary(result):

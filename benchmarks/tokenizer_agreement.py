@@ -18,7 +18,6 @@ Writes benchmarks/results/tokenizer_agreement.csv.
 """
 
 import argparse
-import csv
 import os
 import pathlib
 import sys
@@ -35,6 +34,7 @@ from kformer.data.wordpiece import BERT_SPECIAL_TOKENS, WordPieceTokenizer  # no
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gpt2_serving_cost import checkpoint as gpt2_checkpoint  # noqa: E402
+import provenance  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).with_name("results") / "tokenizer_agreement.csv"
 EDGE = ["Café déjà vu, naïve façade!<br /><br />Ünïcödé", "İstanbul ΣΑΣ straße ﬁne", "中文字 and 日本語",
@@ -85,11 +85,8 @@ def main(argv=None):
         want = [fast(t)["input_ids"] for t in texts]
         got = GPT2CausalLMPreprocessor.from_folder(tmp / "gpt2", 32).tokenize(texts).to_list()
         rows.append(("gpt2_bpe", "in process", count(got[:n], want[:n]), n, count(got[n:], want[n:]), edge))
-    RESULTS.parent.mkdir(exist_ok=True)
-    with RESULTS.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["tokenizer", "where", "reviews_identical", "reviews", "edge_cases_identical", "edge_cases"])
-        writer.writerows(rows)
+    provenance.write_csv(RESULTS, ["tokenizer", "where", "reviews_identical", "reviews", "edge_cases_identical",
+                                   "edge_cases"], rows)
     for row in rows:
         print(f"{row[0]:<13} {row[1]:<15} reviews {row[2]}/{row[3]}  edge cases {row[4]}/{row[5]}")
     print(f"wrote {RESULTS}")

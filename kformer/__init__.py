@@ -1,11 +1,25 @@
 """kformer: a Keras 3 multi-backend transformer model zoo.
 
-`import kformer` imports keras only; `kformer.data` and `kformer.export`
-(which use TensorFlow) are imported explicitly by the code that needs them.
+`import kformer` imports nothing heavy: `kformer.layers`, `kformer.blocks`
+and `kformer.models` are imported (with keras) on first use, so the
+`kformer` command answers `--help` without loading a backend.
+`kformer.data` and `kformer.export` (which use TensorFlow) are imported
+explicitly by the code that needs them.
 """
 
-__version__ = "0.1.0"
+import importlib
 
-from kformer import blocks, layers, models  # noqa: E402
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "blocks", "layers", "models"]
+_SUBPACKAGES = ("blocks", "layers", "models")
+
+
+def __getattr__(name):  # PEP 562: `kformer.models` imports the subpackage the first time it is read
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"kformer.{name}")
+    raise AttributeError(f"module 'kformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_SUBPACKAGES})

@@ -3,10 +3,13 @@
     kformer list [--params]                   the presets (and parameter counts)
     kformer train imdb --epochs 1             a recipe (source checkout: recipes/ and data/)
     kformer predict saved_models/imdb_bigram/1 "A fine film."
+    kformer demo saved_models/imdb_bigram/1   try it in the browser (pip install "kformer[demo]")
     kformer export model.keras --output-dir exports/imdb
     kformer check-serving exports/imdb/1      would a stock TF Serving load it? (exit 1 if not)
 
-`--help` works at every level; bad flags exit 2 naming the flag.
+`--help` works at every level; bad flags exit 2 naming the flag. TensorFlow's
+and absl's start-up logging is off (`-v` or KFORMER_VERBOSE=1 shows it), and
+`--help`, `--version` and `list` load no backend.
 """
 
 import argparse
@@ -18,37 +21,71 @@ import subprocess
 import sys
 import threading
 
+from kformer import __version__, runtime
+
 # The recipes `kformer train` runs: name -> script under recipes/ (`python -m recipes.<script>`). The
 # library never imports recipes/: they are scripts of the source checkout, run in their own process.
 RECIPES = {"imdb": "train_imdb", "translator": "train_translator", "bert": "pretrain_mini_bert",
-           "vit": "train_vit", "gpt": "train_gpt"}
+           "vit": "train_vit", "gpt": "train_gpt", "speech": "train_speech"}
+COMMANDS = ("list", "train", "predict", "demo", "export", "check-serving")
+_VERBOSE_FLAGS = ("-v", "--verbose")
 
 
 def main(argv=None):
     """Run the command in `argv` (default: `sys.argv[1:]`); returns the exit status."""
-    parser = _parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = False
+    while argv[:1] and argv[0] in _VERBOSE_FLAGS:  # before the command (so also before `train`'s own flags)
+        verbose, argv = True, argv[1:]
+    if verbose:
+        os.environ[runtime.VERBOSE_ENV] = "1"  # and for the recipe `train` starts
+    runtime.quiet_startup()  # before anything loads TensorFlow
+    parser = _parser()
     if argv[:1] == ["train"]:  # the recipe parses its own flags (and --help)
         return _train(parser, argv[1:])
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return args.run(parser, args)
+
+
+def _version():
+    """`kformer --version`: kformer's version, with keras's and Python's (read without importing keras)."""
+    from importlib import metadata
+
+    try:
+        keras = f"keras {metadata.version('keras')}, "
+    except metadata.PackageNotFoundError:
+        keras = ""
+    return f"kformer {__version__} ({keras}Python {sys.version.split()[0]})"
 
 
 def _parser():
     p = argparse.ArgumentParser(prog="kformer", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{list,train,predict,export,check-serving}")
+    p.add_argument("--version", action="version", version=_version())
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help=f"show TensorFlow's, XLA's and absl's start-up logging (also: {runtime.VERBOSE_ENV}=1)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     listing = sub.add_parser("list", help="the presets, their builders and sizes")
     listing.add_argument("--params", action="store_true", help="also build each preset and count its parameters")
     listing.set_defaults(run=_list)
     sub.add_parser("train", help=f"run a recipe: {', '.join(RECIPES)} (then its flags; try --help)")
     predict = sub.add_parser("predict", help="load a version folder or .keras file and answer")
     predict.add_argument("path", help="a recipe's version folder or a .keras file")
-    predict.add_argument("inputs", nargs="+", help="texts, or image files for an image classifier")
+    predict.add_argument("inputs", nargs="+",
+                         help="texts, or image files for an image classifier, or WAV files for a speech recognizer")
     predict.add_argument("--max-length", type=_positive_int, default=None,
                          help="translation / generation length (an integer >= 1)")
     predict.set_defaults(run=_predict)
+    demo = sub.add_parser("demo", help="try a saved task in the browser: a web page on this machine "
+                          "(pip install \"kformer[demo]\")")
+    demo.add_argument("path", help="a recipe's version folder or a .keras file")
+    demo.add_argument("--port", type=_port, default=None,
+                      help="the port to serve on (default: the first free one from 7860)")
+    demo.add_argument("--host", default="127.0.0.1",
+                      help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every "
+                           "network this machine is on, with no login)")
+    demo.add_argument("--no-browser", action="store_true", help="do not open the page in a browser tab")
+    demo.set_defaults(run=_demo)
     export = sub.add_parser("export", help="write a TF Serving SavedModel from any backend")
     export.add_argument("path", help="a recipe's version folder or a .keras file")
     export.add_argument("--output-dir", required=True, help="the model's base folder: writes <dir>/<next version>")
@@ -76,6 +113,17 @@ def _positive_int(text):
     return value
 
 
+def _port(text):
+    """`--port`: an integer in [1, 65535]."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number in [1, 65535], got {text!r}")
+    return value
+
+
 def _shown(text):
     """`text` for a message or the output: bytes that are not UTF-8 (an argv of any bytes) as `\\xff`."""
     return os.fsencode(text).decode("utf-8", "backslashreplace")
@@ -91,10 +139,13 @@ def _check_texts(parser, texts):
 
 
 def _list(parser, args):
-    from kformer import models
+    if args.params:  # builds every preset: the registry itself, with keras and the backend
+        from kformer import models
 
-    for name in models.list_models():
-        preset = models.get_preset(name)
+        table = {name: models.get_preset(name) for name in models.list_models()}
+    else:  # the registry's copy that loads no backend (tests/test_cli.py keeps it equal to the registry)
+        from kformer._presets import PRESETS as table
+    for name, preset in table.items():
         sizes = ", ".join(f"{k}={v}" for k, v in preset.items() if k != "builder")
         count = f"{models.build(name).count_params():>13,d}  " if args.params else ""
         print(f"{name:24} {count}{preset['builder']:18} {sizes}")
@@ -171,9 +222,11 @@ def _predict(parser, args):
     if getattr(task, "preprocessor", None) is None:
         parser.error(f"path: {args.path} holds a {type(task).__name__} without a preprocessor; "
                      "it takes model inputs (token ids, fixed-size arrays), not text or image files")
-    if kind != "image_classification":
+    if kind not in ("image_classification", "speech_recognition"):
         _check_texts(parser, args.inputs)
-    if kind == "image_classification":
+    if hasattr(task, "transcribe"):  # a speech recognizer: WAV files in, transcripts out
+        answers = task.transcribe([_existing_file(parser, f, "audio") for f in args.inputs])
+    elif kind == "image_classification":
         answers = task.predict_labels([_read_image(parser, f) for f in args.inputs])
     elif kind == "text_classification":
         answers = task.predict_labels(args.inputs)
@@ -188,15 +241,38 @@ def _predict(parser, args):
     return 0
 
 
+def _existing_file(parser, path, kind):
+    if not pathlib.Path(path).is_file():
+        parser.error(f"inputs: {kind} file '{_shown(path)}' not found")
+    return path
+
+
 def _read_image(parser, path):
     import tensorflow as tf
 
-    if not pathlib.Path(path).is_file():
-        parser.error(f"inputs: image file '{_shown(path)}' not found")
+    _existing_file(parser, path, "image")
     try:  # Python reads any file name; TensorFlow's read_file takes UTF-8 ones only
         return tf.io.decode_image(pathlib.Path(path).read_bytes(), expand_animations=False).numpy()
     except tf.errors.InvalidArgumentError:
         parser.error(f"inputs: '{_shown(path)}' is not a PNG, JPEG, GIF or BMP image")
+
+
+def _demo(parser, args):
+    from kformer import demo
+
+    try:
+        demo.require_gradio()  # before the model loads: a missing extra is said at once
+    except ImportError as err:
+        sys.exit(f"error: {err}")
+    task = _load(parser, args.path)
+    try:
+        demo.serve(task, host=args.host, port=args.port, open_browser=not args.no_browser,
+                   title=demo.title_for(args.path, task), metrics=demo.read_metrics(args.path))
+    except ValueError as err:
+        parser.error(f"path: {err}")
+    except OSError as err:  # the port is taken, or the address is not this machine's
+        sys.exit(f"error: {err}")
+    return 0
 
 
 def _export(parser, args):

@@ -22,17 +22,16 @@ import math
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras  # recipes/__init__.py has turned TensorFlow's start-up logging down (kformer.runtime.quiet_startup)
 
-import keras  # noqa: E402
-
-from kformer import models, runtime  # noqa: E402
-from kformer.export.versioning import write_new_version  # noqa: E402
-from recipes import lock, model_card, plots, prepared  # noqa: E402
-from recipes.backup import AtomicBackupAndRestore, weights_are_finite  # noqa: E402
+from kformer import models, runtime
+from kformer.export.versioning import write_new_version
+from recipes import lock, model_card, plots, prepared
+from recipes.backup import AtomicBackupAndRestore, weights_are_finite
 
 
 _WRITE_ERRORS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO}
@@ -142,7 +141,7 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
     p.add_argument("--seed", type=bounded(int, 0, 2**31 - 1), default=1337)
     p.add_argument("--mixed-precision", action="store_true",
                    help="mixed_float16 on a GPU, mixed_bfloat16 otherwise (on a CPU with bf16 instructions, "
-                        "1.1-1.6x faster steps on TensorFlow and torch, rarely on JAX: docs/BENCHMARKS.md)")
+                        "often faster steps on TensorFlow and torch, rarely on JAX: docs/decisions.md#bfloat16-off)")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="XLA (TF/JAX) or torch.compile; auto = Keras's choice")
     p.add_argument("--distribute", action="store_true",
@@ -421,6 +420,28 @@ def finish(args, name, work_dir, write):
     return run_dir
 
 
+def print_next_steps(run_dir, example, exported=True):
+    """A run's closing lines: its version folder, model card and figures, then two commands to try it.
+
+    Args:
+        run_dir: the version folder `finish` returned.
+        example: str. An input for `kformer predict` (a text, or an image file's path).
+        exported: bool. Whether the folder holds a TF Serving SavedModel (not `--no-export`).
+    """
+    run_dir = pathlib.Path(run_dir)
+    shown = shlex.quote(str(run_dir))
+    lines = [f"saved: {run_dir}" + (" (TF Serving SavedModel + model.keras)" if exported else " (model.keras)")]
+    if (run_dir / "README.md").is_file():
+        lines.append(f"  model card: {run_dir / 'README.md'}")
+    figures = sorted(str(p) for p in run_dir.glob("*.png"))
+    if figures:
+        lines.append(f"  figures:    {', '.join(figures)}")
+    lines += ["try it:",
+              f"  kformer predict {shown} {shlex.quote(example)}",
+              f"  kformer demo {shown}    # in the browser (pip install \"kformer[demo]\")"]
+    print("\n".join(lines), flush=True)
+
+
 def write_json(path, data):
     """Write `data` as JSON to `path` atomically (a temporary file, then a rename)."""
     path = pathlib.Path(path)
@@ -430,13 +451,13 @@ def write_json(path, data):
 
 
 def version_writer(model, args, *, name, config, metrics, card, export_options=None, log=None,
-                   attention=None):
+                   attention=None, expert_load=None):
     """The `write(tmp_dir)` a recipe hands to `finish`: everything a version folder holds.
 
     The TF Serving SavedModel (unless `--no-export`; `export_options` go to
     `save_for_serving`), `model.keras`, `config.json`, `metrics.json`, the
     figures (unless `--no-plots`: `curves.png` from the CSV log at `log`,
-    `attention.png` from `attention()`, see `recipes.plots`) and the model card
+    `attention.png` from `attention()`, `expert_load.png` from `expert_load()`, see `recipes.plots`) and the model card
     (`card`: `recipe`, `dataset` and `limits` for `model_card.write_for_run`).
     """
     def write(tmp_dir):
@@ -447,7 +468,8 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
         model.save(tmp_dir / "model.keras")
         write_json(tmp_dir / "config.json", config)
         write_json(tmp_dir / "metrics.json", metrics)
-        figures = {} if args.no_plots else plots.write(tmp_dir, log=log, attention=attention)
+        figures = {} if args.no_plots else plots.write(tmp_dir, log=log, attention=attention,
+                                                       expert_load=expert_load)
         model_card.write_for_run(tmp_dir, model=model, name=name, args=args, config=config, metrics=metrics,
                                  figures=figures, **card)
     return write

@@ -13,6 +13,7 @@ REQUESTS = {
     "fill_mask": '{"signature_name": "fill_mask", "instances": ["This movie was [MASK]."]}',
     "text_generation": '{"instances": ["The movie was"]}',
     "image_classification": '{"instances": [{"b64": "<base64 of a PNG or JPEG>"}]}',
+    "speech_recognition": '{"signature_name": "speech_to_text", "instances": [{"b64": "<base64 of a WAV file>"}]}',
 }
 
 

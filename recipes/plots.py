@@ -1,4 +1,5 @@
-"""The figures in every version folder: `curves.png` (loss and metrics per epoch) and `attention.png`.
+"""The figures in every version folder: `curves.png` (loss and metrics per epoch) and `attention.png`
+(and `expert_load.png` for a model with mixture-of-experts layers).
 
 A figure is a view of the run, not the run: when matplotlib is missing
 (`pip install kformer[viz]`) or a plot fails, the recipe says so and still
@@ -10,10 +11,11 @@ import traceback
 
 CURVES = "curves.png"
 ATTENTION = "attention.png"
+EXPERT_LOAD = "expert_load.png"
 DPI = 100
 
 
-def write(folder, *, log=None, attention=None):
+def write(folder, *, log=None, attention=None, expert_load=None):
     """Write `curves.png` from the CSV log at `log` and `attention.png` from `attention()`.
 
     Args:
@@ -21,6 +23,8 @@ def write(folder, *, log=None, attention=None):
         log: path of the run's `keras.callbacks.CSVLogger` file, or None.
         attention: a function taking no arguments that returns a matplotlib
             Figure (an attention map of the trained model), or None.
+        expert_load: the same for `expert_load.png` (the per-expert load of
+            each mixture-of-experts layer), or None.
 
     Returns:
         {file name: what it shows} for the figures written.
@@ -40,6 +44,9 @@ def write(folder, *, log=None, attention=None):
                         lambda: viz.plot_history(log))
     if attention is not None:
         jobs[ATTENTION] = ("attention map of the trained model on one example", attention)
+    if expert_load is not None:
+        jobs[EXPERT_LOAD] = ("per-expert load of each mixture-of-experts layer (share of the last training "
+                             "batch's token choices, kept and dropped over capacity)", expert_load)
     written = {}
     for name, (caption, make) in jobs.items():
         if _save(make, pathlib.Path(folder) / name):

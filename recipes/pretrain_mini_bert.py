@@ -42,6 +42,7 @@ import keras
 from kformer import models, viz
 from kformer.data import mlm
 from recipes import common, prepared
+from recipes.train_imdb import OOD, short_text_accuracies
 
 CLASS_NAMES = ["negative", "positive"]
 ATTENTION_EXAMPLES = {"pretrain": "This movie was [MASK], and the acting was great.",
@@ -197,7 +198,8 @@ def main(argv=None):
         backbone = finetuning_backbone(args, backbone)
     classifier, accuracy, seconds = finetune(args, backbone, preprocessor, datasets, work_dir / "finetune", scope,
                                              args.finetune_epochs, args.finetune_learning_rate, steps_per_epoch)
-    clf_metrics = {"test_accuracy": accuracy, "test_examples": len(test_labels),
+    short = short_text_accuracies(classifier, preprocessor, test_texts, test_labels, batch)
+    clf_metrics = {"test_accuracy": accuracy, **short, "test_examples": len(test_labels),
                    "train_examples": len(train_labels), "finetune_epochs": args.finetune_epochs,
                    "finetune_batch_size": batch,
                    "finetune_seconds": seconds, "pretrained": True, "backend": keras.backend.backend()}
@@ -212,14 +214,17 @@ def main(argv=None):
         clf_metrics.update(scratch_test_accuracy=scratch, scratch_epochs=scratch_epochs,
                            scratch_seconds=scratch_seconds)
     print(f"fine-tuned IMDB test accuracy: {accuracy:.4f}"
-          + (f" (from scratch: {clf_metrics['scratch_test_accuracy']:.4f})" if args.compare_scratch else ""))
+          + (f" (from scratch: {clf_metrics['scratch_test_accuracy']:.4f})" if args.compare_scratch else "")
+          + f"; on first sentences {short['ood_first_sentence_accuracy']:.4f}, "
+            f"on 10-30-word crops {short['ood_crop_10_30_accuracy']:.4f}")
 
     config = {"preset": args.preset, **models.get_preset(args.preset),
               "vocabulary_size": tokenizer.vocabulary_size, "sequence_length": args.sequence_length,
               "class_names": CLASS_NAMES}
 
     def writer(model, metrics, name, stage):
-        card = dict(recipe="pretrain_mini_bert", dataset="IMDB reviews", limits=LIMITS)
+        card = dict(recipe="pretrain_mini_bert", dataset="IMDB reviews", limits=LIMITS,
+                    ood=OOD if stage == "finetune" else None)
         return common.version_writer(
             model, args, name=name, config=config, metrics=metrics, card=card,
             log=work_dir / stage / "training_log.csv",

@@ -3,6 +3,7 @@
     python -m recipes.train_gpt                                  # gpt_tiny, bundled 3k reviews
     python -m recipes.train_gpt --data-dir DATA        # all 50k unlabeled reviews
     python -m recipes.train_gpt --epochs 1 --max-examples 256    # quick smoke run
+    python -m recipes.train_gpt --num-experts 8                  # = --preset gpt_moe_tiny: top-2 of 8 experts
 
 A WordPiece vocabulary is learned from the training reviews; the reviews are
 packed into windows of `--sequence-length + 1` tokens (no padding) and a
@@ -16,6 +17,15 @@ string in, `completion` and `text` out; greedy by default, `generate_sample`
 with a `seed`), `model.keras` (the
 `CausalLM` with its preprocessor: `kformer.models.load(dir).generate(["The
 movie was"])`), `config.json` and `metrics.json`, plus the training logs.
+
+`--num-experts N` (or `--preset gpt_moe_tiny`) makes every `--moe-every`-th
+feed-forward a top-`--top-k` mixture of N experts, each `intermediate_dim //
+top_k` wide unless the preset says otherwise (the dense model's FLOPs per
+token). The training log then has `moe_balancing_loss` (1 = balanced),
+`moe_dropped_tokens` and `moe_dropped_fraction` (token choices over
+capacity), and the version folder `expert_load.png`: each expert layer's load
+on the last training batch (a collapsed router is one tall bar). The folder
+is named `<preset>_<N>experts` when `--num-experts` changes the preset.
 """
 
 import math
@@ -45,6 +55,12 @@ def parse_args(argv=None):
                            batch_size=32, learning_rate=1e-3)
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=8000)
     p.add_argument("--sequence-length", type=common.positive_int, default=128)
+    p.add_argument("--num-experts", type=common.bounded(int, 0), default=None,
+                   help="experts in every --moe-every-th feed-forward (0: dense; default: the preset's)")
+    p.add_argument("--top-k", type=common.positive_int, default=None, help="experts per token (default 2)")
+    p.add_argument("--moe-every", type=common.positive_int, default=None, help="default 2: every other block")
+    p.add_argument("--capacity-factor", type=common.positive_float, default=None,
+                   help="expert capacity over an even split (default 1.25)")
     p.add_argument("--sample-length", type=common.positive_int, default=40,
                    help="tokens (prompt included) of each sampled continuation in metrics.json")
     args = common.parse_args(p, argv)
@@ -55,7 +71,33 @@ def parse_args(argv=None):
     if args.sample_length > args.sequence_length:
         p.error(f"--sample-length must be at most --sequence-length={args.sequence_length}, "
                 f"got {args.sample_length}")
+    experts = expert_overrides(args)
+    if experts.get("num_experts") and experts.get("top_k", 2) > experts["num_experts"]:
+        p.error(f"--top-k must be at most --num-experts={experts['num_experts']}, got {experts['top_k']}")
+    if not experts.get("num_experts") and any(
+            getattr(args, flag) is not None for flag in ("top_k", "moe_every", "capacity_factor")):
+        p.error(f"--top-k, --moe-every and --capacity-factor need experts (--num-experts > 0 or a preset with "
+                f"experts); --preset {args.preset} has none")
     return args
+
+
+def expert_overrides(args):
+    """The preset's mixture-of-experts settings replaced by the flags (`{}` for a dense run)."""
+    preset = models.get_preset(args.preset)
+    flags = {"num_experts": args.num_experts, "top_k": args.top_k, "moe_every": args.moe_every,
+             "capacity_factor": args.capacity_factor}
+    overrides = {key: value for key, value in flags.items() if value is not None}
+    if overrides.get("num_experts", preset.get("num_experts", 0)) and "expert_intermediate_dim" not in preset:
+        top_k = overrides.get("top_k", preset.get("top_k", 2))  # the dense feed-forward's FLOPs per token
+        overrides["expert_intermediate_dim"] = max(1, preset["intermediate_dim"] // top_k)
+    return overrides
+
+
+def run_name(args):
+    """The preset's name, or `<preset>_<N>experts` when `--num-experts` changes its experts."""
+    if args.num_experts is None or args.num_experts == models.get_preset(args.preset).get("num_experts", 0):
+        return args.preset
+    return f"{args.preset}_{args.num_experts}experts"
 
 
 def tatoeba_english(count=OOD_SENTENCES):
@@ -73,6 +115,13 @@ def split_reviews(texts, seed, validation_fraction=0.05):
     return [texts[i] for i in order[held:]], [texts[i] for i in order[:held]]
 
 
+def expert_metrics(model, history):
+    """The last epoch's `moe_*` means (balancing loss, dropped token choices) from `history`."""
+    if not model.experts:
+        return {}
+    return {key: float(values[-1]) for key, values in history.history.items() if key.startswith("moe_")}
+
+
 @common.entry_point
 def main(argv=None):
     args = parse_args(argv)
@@ -84,10 +133,11 @@ def main(argv=None):
     except ValueError as err:
         common.fail(err)
     train_texts, val_texts = split_reviews(texts, args.seed)
-    work_dir = common.training_dir(args, args.preset)
-    tokenizer = common.learn_or_load_tokenizer(args, args.preset, work_dir / "vocabulary.txt", train_texts)
+    name = run_name(args)
+    work_dir = common.training_dir(args, name)
+    tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "vocabulary.txt", train_texts)
     preprocessor = CausalLMPreprocessor(tokenizer, args.sequence_length)
-    cache, verbose = prepared.cache_dir(args.output_dir, args.preset), common.progress_verbosity(args)
+    cache, verbose = prepared.cache_dir(args.output_dir, name), common.progress_verbosity(args)
     try:
         train_ds = lm.windows_dataset(prepared.lm_windows(cache, train_texts, preprocessor, verbose),
                                       args.batch_size, shuffle=True, seed=args.seed)
@@ -96,7 +146,7 @@ def main(argv=None):
         common.fail(err)
     steps = int(train_ds.cardinality()) * args.epochs
 
-    overrides = {"vocabulary_size": tokenizer.vocabulary_size}
+    overrides = {"vocabulary_size": tokenizer.vocabulary_size, **expert_overrides(args)}
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
               "training_sequence_length": args.sequence_length}
     with scope:
@@ -108,7 +158,7 @@ def main(argv=None):
                       models.SparseCrossEntropy(),  # Keras's numbers, no one-hot or argmax over 8,000 on JAX
                       metrics=[models.SparseAccuracy()], jit_compile=args.jit_compile)
     start = time.time()
-    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
+    history = common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
     train_seconds = time.time() - start
     val_loss, val_accuracy = model.evaluate(val_ds, verbose=0)
     ood_windows = lm.packed_windows(preprocessor, tatoeba_english())  # as the validation windows, not cached
@@ -124,15 +174,21 @@ def main(argv=None):
         "epochs": args.epochs, "train_seconds": round(train_seconds, 1),
         "backend": keras.backend.backend(), "samples": samples,
     }
+    metrics.update(expert_metrics(model, history))
 
     card = dict(recipe="train_gpt", dataset="IMDB unlabeled reviews", limits=LIMITS, ood=OOD)
-    run_dir = common.finish(args, args.preset, work_dir, common.version_writer(
-        model, args, name=args.preset, config=config, metrics=metrics, card=card,
+    run_dir = common.finish(args, name, work_dir, common.version_writer(
+        model, args, name=name, config=config, metrics=metrics, card=card,
         export_options={"max_length": args.sample_length}, log=work_dir / "training_log.csv",
-        attention=lambda: viz.plot_attention(model, [greedy[0]], layer=-1)))
+        attention=lambda: viz.plot_attention(model, [greedy[0]], layer=-1),
+        expert_load=(lambda: viz.plot_expert_load(model)) if model.experts else None))
     print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews; "
           f"{metrics['ood_tatoeba_english_perplexity']} on {OOD_SENTENCES} Tatoeba English sentences "
           f"({ood_windows.size} tokens)")
+    if model.experts:
+        print(f"experts: balancing loss {metrics['moe_balancing_loss']:.3f} (1 = balanced), "
+              f"{100 * metrics['moe_dropped_fraction']:.2f} % of token choices dropped over capacity "
+              f"in the last epoch; per-expert load in expert_load.png")
     for sample in samples:
         print(f"  {sample['prompt']!r} -> {sample['top_p']!r}")
     print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))

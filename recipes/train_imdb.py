@@ -214,7 +214,7 @@ def main(argv=None):
                                       ("test", test_accuracy, test_short, len(test_labels))):
         print(f"{split} accuracy: {full:.4f} on {count} reviews; on their first sentences "
               f"{short['ood_first_sentence_accuracy']:.4f}, on 10-30-word crops {short['ood_crop_10_30_accuracy']:.4f}")
-    print(f"saved: {run_dir}" + ("" if args.no_export else " (TF Serving SavedModel + model.keras)"))
+    common.print_next_steps(run_dir, "A wonderful, moving film.", exported=not args.no_export)
     return run_dir
 
 

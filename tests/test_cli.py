@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kformer
 from kformer import cli, models
 from kformer.data.preprocessors import TextClassifierPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
@@ -21,6 +23,83 @@ def test_list_prints_every_preset(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == models.list_models()
     assert any(line.startswith("gpt2_small") and "causal_lm" in line for line in lines)
+
+
+# TensorFlow's, XLA's and absl's C++ logging (glog-style "I0000 00:00:..." lines) and its start-up notes.
+NATIVE_LOGGING = re.compile(r"^[IWEF]\d{4} |absl::|oneDNN|cuInit|cuda drivers|TensorFlow binary", re.MULTILINE)
+# Runs the command line, then reports which heavy modules the process loaded (also after --help's SystemExit).
+REPORT_MODULES = ("import atexit, sys\n"
+                  "atexit.register(lambda: print('loaded:', sorted({m.split('.')[0] for m in sys.modules} & "
+                  "{'keras', 'tensorflow', 'jax', 'torch', 'gradio'}), file=sys.stderr))\n"
+                  "from kformer.cli import main\nsys.exit(main())")
+
+
+def shell_env(**extra):
+    """The environment a user's shell gives the command: no logging level or verbosity of the test run's own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KFORMER_VERBOSE")}
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--help"], "usage: kformer [-h] [--version] [-v]"),
+    (["--version"], f"kformer {kformer.__version__} (keras "),
+    (["list"], "gpt2_small"),
+    (["predict", "--help"], "usage: kformer predict"),
+])
+def test_help_version_and_list_load_no_backend_and_print_no_native_logging(argv, expected):
+    ran = subprocess.run([sys.executable, "-c", REPORT_MODULES, *argv], env=shell_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert expected in ran.stdout
+    assert "loaded: []" in ran.stderr  # not even keras (which imports JAX when it is installed)
+    assert not NATIVE_LOGGING.search(ran.stdout + ran.stderr), ran.stderr
+
+
+def test_quiet_startup_mutes_tensorflows_start_up_only():
+    """The first `import tensorflow` runs with stderr muted; Python's own lines before and after stay."""
+    code = ("import sys\nfrom kformer import runtime\nassert runtime.quiet_startup()\n"
+            "print('before', file=sys.stderr, flush=True)\nimport tensorflow as tf\n"
+            "print(int(tf.constant(1) + 1), file=sys.stderr)\n"
+            "assert not runtime.quiet_startup()  # TensorFlow is loaded: nothing left to do")
+    ran = subprocess.run([sys.executable, "-c", code], env=shell_env(), capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.split() == ["before", "2"], ran.stderr
+    verbose = subprocess.run([sys.executable, "-c", "from kformer import runtime; print(runtime.quiet_startup())"],
+                             env=shell_env(KFORMER_VERBOSE="1"), capture_output=True, text=True, timeout=120)
+    assert verbose.stdout.strip() == "False", verbose.stderr  # asked for: the logging is left as it is
+
+
+def test_an_import_error_in_tensorflow_still_shows():
+    """Muting stderr while TensorFlow loads hides its logging, not a failure to load it."""
+    code = ("import sys\nfrom kformer import runtime\nruntime.quiet_startup()\n"
+            "sys.modules['tensorflow.python'] = None  # breaks `import tensorflow` inside its own __init__\n"
+            "import tensorflow")
+    ran = subprocess.run([sys.executable, "-c", code], env=shell_env(), capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1
+    assert "Traceback" in ran.stderr and "import of tensorflow.python halted" in ran.stderr, ran.stderr
+
+
+PRESETS_FILE = Path(cli.__file__).with_name("_presets.py")
+
+
+def presets_source():
+    """`kformer/_presets.py` as the registry has it now: what `kformer list` prints without loading keras."""
+    entries = ""
+    for name in models.list_models():
+        lines = [""]
+        for key, value in models.get_preset(name).items():  # whole `key: value` items, up to 100 characters a line
+            item = f"{key!r}: {value!r},"
+            lines[-1:] = [f"{lines[-1]} {item}".strip()] if len(lines[-1]) + len(item) < 100 else [lines[-1], item]
+        entries += f"    {name!r}: {{\n" + "".join(f"        {line}\n" for line in lines) + "    },\n"
+    return ('"""The preset registry\'s names and arguments, for `kformer list` without keras or a backend.\n\n'
+            "Written by `python -m tests.test_cli` from `kformer.models.get_preset`; tests/test_cli.py fails\n"
+            'when this copy differs from the registry (a preset added, removed or changed): rerun it then.\n"""\n\n'
+            f"PRESETS = {{\n{entries}}}\n")
+
+
+def test_presets_copy_matches_the_registry():
+    assert PRESETS_FILE.read_text() == presets_source(), (
+        "kformer/_presets.py differs from the preset registry: run `python -m tests.test_cli` to rewrite it")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +132,8 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["predict", "/no/such/model.keras", "text"], "path: `path` must be a `.keras` file"),
-    (["train", "nope"], "argument recipe: invalid choice: 'nope' (choose from imdb, translator, bert, vit, gpt)"),
+    (["train", "nope"],
+     "argument recipe: invalid choice: 'nope' (choose from imdb, translator, bert, vit, gpt, speech)"),
     (["train"], "train: argument recipe: expected one argument (choose from imdb,"),
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
     (["export", "x.keras"], "--output-dir"),
@@ -94,13 +174,14 @@ def test_installed_script_trains_from_any_folder(tmp_path):
     if not script.is_file():
         pytest.skip("the `kformer` console script is not installed (pip install -e .)")
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    env = shell_env(KERAS_BACKEND="tensorflow")
     env.pop("PYTHONPATH", None)  # as a user's shell has it: only the script's own sys.path
     for cwd in (root, tmp_path):  # the checkout, or any folder (the editable install's checkout)
         ran = subprocess.run([str(script), "train", "imdb", "--help"], cwd=cwd, env=env, capture_output=True,
                              text=True, timeout=300)
         assert ran.returncode == 0, ran.stderr
         assert "--data-dir" in ran.stdout and "--preset" in ran.stdout
+        assert not NATIVE_LOGGING.search(ran.stderr), ran.stderr  # the recipe loaded TensorFlow quietly
 
 
 def test_train_runs_the_recipe_as_a_script_and_passes_its_exit_status_on(tmp_path, capfd):
@@ -164,3 +245,8 @@ def test_predict_refuses_a_bad_max_length_or_text_that_is_not_utf8(classifier_pa
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["predict", str(path), "A fine film.", *argv])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+if __name__ == "__main__":  # rewrite kformer/_presets.py from the registry
+    PRESETS_FILE.write_text(presets_source())
+    print(f"wrote {PRESETS_FILE}")

@@ -85,7 +85,8 @@ class TransformerBlock(keras.layers.Layer):
             )
         return hidden_dim
 
-    def _attention(self, hidden_dim, name, rotary=False):
+    def _attention(self, hidden_dim, name, rotary=False, **options):
+        """A `MultiHeadAttention`; `options` (a decoder's `attention_window`, ...) are passed on."""
         return MultiHeadAttention(
             self.num_heads,
             self.key_dim or hidden_dim // self.num_heads,
@@ -94,6 +95,7 @@ class TransformerBlock(keras.layers.Layer):
             rotary_max_wavelength=self.rotary_max_wavelength if rotary else None,
             dtype=self.dtype_policy,
             name=name,
+            **options,
         )
 
     def _norm(self, name):

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from kformer.blocks.base import TransformerBlock
+from kformer.layers.checks import check_positive_ints
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -20,6 +21,13 @@ class TransformerDecoderBlock(TransformerBlock):
         activation: Feed-forward activation. Defaults to `"relu"`.
         normalize_first: bool. `False`: post-norm `LN(x + f(x))` (the paper);
             `True`: pre-norm `x + f(LN(x))`. Defaults to `False`.
+        attention_window: int or None. Self-attention over the last
+            `attention_window` positions only (GPT-Neo's local layers; see
+            `MultiHeadAttention`). Defaults to `None` (every earlier position).
+        attention_scale: float or None. Multiplies the attention scores.
+            Defaults to `None` (`1 / sqrt(key_dim)`).
+        use_qkv_bias: bool. Biases in the query, key and value projections.
+            Defaults to `True`.
         **kwargs: the other `kformer.blocks.base.TransformerBlock` arguments
             (`attention_dropout`, `layer_norm_epsilon`, `num_experts`,
             `rotary_max_wavelength`, ...) and `keras.layers.Layer`'s.
@@ -64,9 +72,18 @@ class TransformerDecoderBlock(TransformerBlock):
     (2, 1, 8)
     """
 
+    def __init__(self, num_heads, intermediate_dim, attention_window=None, attention_scale=None, use_qkv_bias=True,
+                 **kwargs):
+        super().__init__(num_heads, intermediate_dim, **kwargs)
+        if attention_window is not None:
+            check_positive_ints(attention_window=attention_window)
+        self.attention_window, self.attention_scale, self.use_qkv_bias = attention_window, attention_scale, use_qkv_bias
+
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         hidden_dim = self._check_width(decoder_sequence_shape, "decoder_sequence")
-        self.self_attention = self._attention(hidden_dim, "self_attention", rotary=True)
+        options = dict(attention_scale=self.attention_scale, use_qkv_bias=self.use_qkv_bias)
+        self.self_attention = self._attention(hidden_dim, "self_attention", rotary=True,
+                                              attention_window=self.attention_window, **options)
         self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
         self.self_attention_norm = self._norm("self_attention_norm")
         self.self_attention_norm.build(decoder_sequence_shape)
@@ -74,7 +91,7 @@ class TransformerDecoderBlock(TransformerBlock):
         self.cross_attention = None
         if encoder_sequence_shape is not None:
             self._check_width(encoder_sequence_shape, "encoder_sequence")
-            self.cross_attention = self._attention(hidden_dim, "cross_attention")
+            self.cross_attention = self._attention(hidden_dim, "cross_attention", **options)
             self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
             self.cross_attention_norm = self._norm("cross_attention_norm")
             self.cross_attention_norm.build(decoder_sequence_shape)
@@ -166,3 +183,7 @@ class TransformerDecoderBlock(TransformerBlock):
         x = self._run_feed_forward(x, None if cached else decoder_padding_mask, training)
         extras = caches + scores
         return (x,) + extras if extras else x
+
+    def get_config(self):
+        return {**super().get_config(), "attention_window": self.attention_window,
+                "attention_scale": self.attention_scale, "use_qkv_bias": self.use_qkv_bias}

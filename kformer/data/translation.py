@@ -12,7 +12,7 @@ the same way (every pair of a sentence in one split): 107,044 / 6,011 /
 5,909 pairs, no test source seen in training (the pair split has 1,334 test
 pairs whose English sentence is also in train). When `spa.txt.gz` is absent the loader
 reads per-split samples `<data_dir>/spa-eng/{train,validation,test}.tsv.gz`
-(same line format). The repository bundles 4,000 / 500 / 500 pairs drawn from
+(same line format). The repository bundles 20,000 / 500 / 500 pairs drawn from
 those full splits (data/make_spa_eng_sample.py), so a pair is in the same split
 with the sample and with the full file.
 
@@ -36,7 +36,7 @@ sentence. The training split keeps the rest. Sizes (train pairs held out):
 
 | data | train before | length (> N words) | rare word | train after |
 |---|---|---|---|---|
-| spa-eng, bundled sample | 4,000 | 78 (N = 12) | 156 | 3,766 |
+| spa-eng, bundled sample | 20,000 | 469 (N = 12) | 781 | 18,750 |
 | spa-eng, full, pair split | 107,067 | 2,616 (N = 12) | 3,731 | 100,720 |
 | spa-eng, full, source split | 107,044 | 2,650 (N = 12) | 3,754 | 100,640 |
 | Multi30k | 29,000 | 634 (N = 20) | 1,134 | 27,232 |
@@ -225,7 +225,7 @@ def ood_splits(sources, targets, max_words=OOD_MAX_WORDS["spa-eng"], min_count=O
 
     >>> sources, targets = load_split("train")
     >>> {k: len(v[0]) for k, v in ood_splits(sources, targets).items()}  # the bundled sample
-    {'train': 3766, 'length': 78, 'rare_word': 156}
+    {'train': 18750, 'length': 469, 'rare_word': 781}
     """
     if len(sources) != len(targets):
         raise ValueError(f"`sources` and `targets` must be parallel. Received: {len(sources)} sources, "

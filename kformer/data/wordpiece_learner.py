@@ -13,7 +13,7 @@ needs one suffix per piece start. Here words, substrings and suffixes are
 integer ids, and a round is a handful of numpy operations over all words at
 once. The vocabulary is the same, token for token and in the same order
 (tests/data/test_wordpiece_learner.py checks it against tensorflow-text),
-11-46x faster on the recipes' word counts (docs/BENCHMARKS.md).
+and faster (docs/decisions.md, "Why vocabularies are learned in numpy").
 """
 
 import numpy as np

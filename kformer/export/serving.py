@@ -57,14 +57,14 @@ def export_for_serving(task, export_dir, *, version=None, **options):
 
 
 def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
-                     model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=0,
+                     model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=None,
                      xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None,
                      max_word_pieces=TRANSLATE_MAX_WORD_PIECES):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
         task: a kformer task (`TextClassifier`, `BertTextClassifier`,
-            `Translator`, `BertPretrainer`, `ViTImageClassifier`, `CausalLM`) with its
+            `Translator`, `BertPretrainer`, `ViTImageClassifier`, `CausalLM`, `SpeechRecognizer`) with its
             preprocessor (image tasks without one get a resizing preprocessor
             for their input size).
         directory: path. Empty or new.
@@ -76,8 +76,9 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
         top_p, temperature: floats. Text generation: the nucleus mass and
             temperature of the `generate_sample` signature. Default `0.9`, `1.0`.
         no_repeat_ngram_size: int. Translation and text generation: no
-            n-gram is generated twice in a row's output (`0`, the default: off;
-            see `kformer.models.generate`).
+            n-gram is generated twice in a row's output (`0`: off; see
+            `kformer.models.generate`). Defaults to `None`: 3 for translation
+            (as `Translator.translate`), off for text generation.
         max_length_ratio, max_length_offset: Translation: row `i` stops after
             `floor(max_length_ratio * n_i) + max_length_offset` tokens, `n_i`
             its source length (see `kformer.models.generate`). Defaults
@@ -90,8 +91,8 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
             so the served translations are `translate`'s; `None` or `0`: off.
             Other task types must keep the default.
         xla: bool. Translation: also write `translate_xla`, greedy decoding
-            with the loop compiled by XLA (about 5x faster for one request on
-            a CPU, 2x at batch 64, docs/BENCHMARKS.md). TF Serving runs it
+            with the loop compiled by XLA (faster on a CPU: docs/decisions.md,
+            "Why `translate_xla` is opt-in"). TF Serving runs it
             only with XLA turned on (`--xla_cpu_compilation_enabled=true` on
             CPU); a stock server fails this signature's warmup request, so
             export without it for stock serving (`kformer check-serving`). It compiles once per request batch size. Defaults to `False`.

@@ -286,11 +286,34 @@ def claimed_size(image_bytes):
     return tf.cond(starts(b"\xff\xd8\xff"), jpeg, lambda: (width, height))
 
 
+def speech_to_text(task, preprocessor, options):
+    """WAV bytes `(batch,)` -> `transcript` `(batch,)` and `token_ids` `(batch, frames)` (0: none emitted).
+
+    The task's `AudioPreprocessor` (decode, resample, log-mel), the model, then
+    greedy CTC decoding (`kformer.models.speech_recognizer.greedy_ctc_decode`,
+    as `SpeechRecognizer.transcribe`) and the vocabulary's tokens joined, all in
+    the graph. Bytes that are not a WAV file, or empty audio, are INVALID_ARGUMENT.
+    """
+    table = tf.constant([""] + list(task.vocabulary))
+
+    def transcribe(wav_bytes):
+        inputs = preprocessor.inputs(wav_bytes)
+        ids = task.decode_ids(task(inputs, training=False), inputs["padding_mask"])
+        return {"transcript": tf.strings.reduce_join(tf.gather(table, ids), axis=1), "token_ids": ids}
+    return transcribe
+
+
+def _wav():
+    noise = np.random.default_rng(0).normal(0, 0.01, (4000, 1)).astype(np.float32)  # 0.5 s at 8 kHz
+    return np.array([tf.audio.encode_wav(noise, 8000).numpy()], dtype=object)
+
+
 def _png():
     return np.array([tf.io.encode_png(np.zeros((32, 32, 3), np.uint8)).numpy()], dtype=object)
 
 
 TEXT = {"text": (tf.string, [None])}
+WAV = {"wav_bytes": (tf.string, [None])}
 TEXT_WARMUP = lambda: {"text": np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)}  # noqa: E731
 PROMPT_WARMUP = lambda: {"prompt": np.array([b"The movie was", b""], dtype=object)}  # noqa: E731
 IDS_OUTPUTS = ("completion", "text", "completion_ids", "token_ids")
@@ -324,6 +347,10 @@ SIGNATURES = {
                   classify_image_bytes, lambda: {"image_bytes": _png()}),
         Signature("classify_images", {"images": (tf.uint8, [None, None, None, 3])}, LABEL_OUTPUTS,
                   classify_images, lambda: {"images": np.zeros((1, 32, 32, 3), np.uint8)})),
+    "speech_recognition": (
+        Signature("serving_default", WAV, ("transcript", "token_ids"), speech_to_text, lambda: {"wav_bytes": _wav()}),
+        Signature("speech_to_text", WAV, ("transcript", "token_ids"), speech_to_text,
+                  lambda: {"wav_bytes": _wav()})),
 }
 
 

@@ -17,7 +17,7 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     - elsewhere, without attention dropout in training and with equal key
       and value sizes: `ops.dot_product_attention` (flash attention on GPUs),
       except bfloat16 training on a torch CPU (its fused backward ran a
-      `vit_tiny` training step several times slower: docs/BENCHMARKS.md, "bfloat16 on this CPU").
+      `vit_tiny` training step slower: docs/decisions.md, "Why bfloat16 is off by default").
 
     Args:
         q, k, v: `(batch, len, heads, dim)` queries, keys and values.

@@ -128,12 +128,13 @@ def _self_attention(attention, weights, x, cache, index):
     if attention.rotary is not None:
         q, k = attention.rotary.call(q, start_index=index), attention.rotary.call(k, start_index=index)
     cache = write_slice(cache, [0, 0, index, 0, 0], ops.cast(ops.stack([k, v], axis=1), cache.dtype))
-    keys, values, mask = cache[:, 0], cache[:, 1], None
-    if isinstance(index, int):  # known now (eager): attend the written keys only, no mask
-        keys, values = keys[:, :index + 1], values[:, :index + 1]
+    keys, values, mask, window = cache[:, 0], cache[:, 1], None, attention.attention_window
+    if isinstance(index, int):  # known now (eager): attend the written keys (in the window) only, no mask
+        first = 0 if window is None else max(0, index + 1 - window)
+        keys, values = keys[:, first:index + 1], values[:, first:index + 1]
     else:
-        mask = masks.causal_mask(1, ops.shape(keys)[1], index)
-    output = _one_query(q, keys, values, mask, 1.0 / math.sqrt(dim))
+        mask = masks.causal_mask(1, ops.shape(keys)[1], index, window)
+    output = _one_query(q, keys, values, mask, attention.score_scale)
     return linear(_reshape(output, (-1, 1, heads * attention.value_dim)), *weights["output"]), cache
 
 
@@ -142,7 +143,7 @@ def _cross_attention(attention, weights, x, cross_cache, mask):
     q = _reshape(linear(x, *weights["query"]), (-1, 1, attention.num_heads, attention.key_dim))
     if attention.rotary is not None:
         q = attention.rotary.call(q)
-    output = _one_query(q, cross_cache[:, 0], cross_cache[:, 1], mask, 1.0 / math.sqrt(attention.key_dim))
+    output = _one_query(q, cross_cache[:, 0], cross_cache[:, 1], mask, attention.score_scale)
     return linear(_reshape(output, (-1, 1, attention.num_heads * attention.value_dim)), *weights["output"])
 
 

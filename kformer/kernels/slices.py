@@ -13,8 +13,8 @@ _UNDER_XLA = contextvars.ContextVar("kformer_traced_for_xla", default=False)
 @contextlib.contextmanager
 def traced_for_xla():
     """Code traced inside will be compiled by XLA (`jit_compile=True`): `write_slice` is then
-    `ops.slice_update` on TensorFlow too, which XLA runs about 10 % faster a cached token at
-    batch 1 than the scatter (the same at batch 16)."""
+    `ops.slice_update` on TensorFlow too, which XLA runs faster than the scatter at batch 1
+    (the same at batch 16)."""
     token = _UNDER_XLA.set(True)
     try:
         yield
@@ -78,8 +78,8 @@ def slice_rows(table, start, length):
     """Rows `start .. start + length - 1` of `table` `(rows, ...)`, as `ops.slice` takes them.
 
     With int `start` and `length` (known: eager, or static shapes) a plain
-    slice: in eager torch `ops.slice` spends about 0.1 ms searching its
-    arguments for symbolic tensors, once per decoded token.
+    slice: in eager torch `ops.slice` searches its arguments for symbolic
+    tensors, once per decoded token.
 
     Example:
 

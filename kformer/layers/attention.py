@@ -9,7 +9,7 @@ from kformer.kernels.attention import fast_attention
 from kformer.kernels.slices import write_slice
 from kformer.layers import masks
 from kformer.layers.attention_checks import check_cacheable, check_call
-from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
+from kformer.layers.checks import check_positive_floats, check_positive_ints, check_rank, check_rates, clone_initializer
 from kformer.layers.linear import over_rows
 from kformer.layers.position import RotaryEmbedding
 
@@ -31,7 +31,7 @@ class MultiHeadAttention(keras.layers.Layer):
         key_dim: int. Size of each head for query and key.
         value_dim: int. Size of each head for value. Defaults to `key_dim`.
         dropout: float. Dropout on the attention probabilities. Defaults to `0.0`.
-        use_bias: bool. Biases in the projections. Defaults to `True`.
+        use_bias: bool. Biases in the projections (see `use_qkv_bias`). Defaults to `True`.
         output_dim: int. Output width. Defaults to the query width.
         kernel_initializer: Initializer for the projection kernels.
         bias_initializer: Initializer for the projection biases.
@@ -39,6 +39,10 @@ class MultiHeadAttention(keras.layers.Layer):
             absolute positions (RoPE, Su et al. 2021; `RotaryEmbedding`) after
             projection; keys written to a cache keep their rotation. Defaults
             to `None` (no rotation).
+        use_qkv_bias: bool or None. Biases in the query, key and value projections. Defaults to `use_bias`.
+        attention_scale: float or None. Multiplies Q K^T. Defaults to `1 / sqrt(key_dim)` (GPT-Neo: `1.0`).
+        attention_window: int or None. With `use_causal_mask`, query `i` attends only keys `i - attention_window
+            < j <= i` (GPT-Neo's local attention), with a cache too. Defaults to `None`.
         **kwargs: Passed to `keras.layers.Layer` (`name`, `dtype`, ...).
 
     Call arguments:
@@ -73,40 +77,50 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> out, scores = attention(x, x, use_causal_mask=True, return_attention_scores=True)
     >>> tuple(out.shape), tuple(scores.shape)
     ((2, 5, 16), (2, 4, 5, 5))
+    >>> local = MultiHeadAttention(num_heads=4, key_dim=4, attention_window=2)  # query 2 sees keys 1 and 2
+    >>> (np.asarray(local(x, x, use_causal_mask=True, return_attention_scores=True)[1])[0, 0, 2] > 0).tolist()
+    [False, True, True, False, False]
     """
 
     def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True, output_dim=None,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros", rotary_max_wavelength=None,
-                 **kwargs):
+                 use_qkv_bias=None, attention_scale=None, attention_window=None, **kwargs):
         super().__init__(**kwargs)
         check_positive_ints(num_heads=num_heads, key_dim=key_dim)
         if rotary_max_wavelength is not None:
             check_positive_ints(rotary_max_wavelength=rotary_max_wavelength)
             if key_dim % 2:
                 raise ValueError(f"Rotary positions need an even `key_dim`. Received: key_dim={key_dim}")
-        for name, value in (("value_dim", value_dim), ("output_dim", output_dim)):
+        for name, value in (("value_dim", value_dim), ("output_dim", output_dim),
+                            ("attention_window", attention_window)):
             if value is not None:
                 check_positive_ints(**{name: value})
         check_rates(dropout=dropout)
+        if attention_scale is not None:
+            check_positive_floats(attention_scale=attention_scale)
         self.num_heads, self.key_dim, self.value_dim = num_heads, key_dim, value_dim or key_dim
         self.dropout, self.use_bias, self.output_dim = dropout, use_bias, output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.use_qkv_bias = use_bias if use_qkv_bias is None else use_qkv_bias
+        self.attention_scale, self.attention_window = attention_scale, attention_window
+        self.score_scale = 1.0 / math.sqrt(key_dim) if attention_scale is None else attention_scale  # times Q K^T
         self.supports_masking = True
         self.rotary = None if rotary_max_wavelength is None else RotaryEmbedding(
             rotary_max_wavelength, dtype=self.dtype_policy, name="rotary")
-        self.query_dense = self._dense("ac,cde->ade", (num_heads, self.key_dim), "de", "query")
-        self.key_dense = self._dense("ac,cde->ade", (num_heads, self.key_dim), "de", "key")
-        self.value_dense = self._dense("ac,cde->ade", (num_heads, self.value_dim), "de", "value")
+        qkv = {"bias_axes": "de" if self.use_qkv_bias else None}
+        self.query_dense = self._dense("ac,cde->ade", (num_heads, self.key_dim), name="query", **qkv)
+        self.key_dense = self._dense("ac,cde->ade", (num_heads, self.key_dim), name="key", **qkv)
+        self.value_dense = self._dense("ac,cde->ade", (num_heads, self.value_dim), name="value", **qkv)
         for dense in (self.query_dense, self.key_dense, self.value_dense):
             dense.supports_masking = True  # masks are handled here; no "mask destroyed" warning
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def _dense(self, equation, output_shape, bias_axes, name):
-        """A projection applied to rows `(batch * len, ...)` (`_project`)."""
+        """A projection applied to rows `(batch * len, ...)` (`_project`); `bias_axes` None: no bias."""
         return keras.layers.EinsumDense(
-            equation, output_shape=output_shape, bias_axes=bias_axes if self.use_bias else None,
+            equation, output_shape=output_shape, bias_axes=bias_axes,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer), dtype=self.dtype_policy, name=name)
 
@@ -117,8 +131,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense.build((None, query_shape[-1]))
         self.key_dense.build((None, key_shape[-1]))
         self.value_dense.build((None, value_shape[-1]))
-        self.output_dense = self._dense("acd,cde->ae", (self.output_dim or query_shape[-1],), "e",
-                                        "attention_output")
+        self.output_dense = self._dense("acd,cde->ae", (self.output_dim or query_shape[-1],),
+                                        "e" if self.use_bias else None, "attention_output")
         self.output_dense.build((None, self.num_heads, self.value_dim))
         self.built = True
 
@@ -177,7 +191,9 @@ class MultiHeadAttention(keras.layers.Layer):
         q_len, k_len = ops.shape(q)[1], ops.shape(k)[1]
         causal = None
         if use_causal_mask:
-            causal = masks.causal_mask(q_len, k_len, start)
+            causal = masks.causal_mask(q_len, k_len, start, self.attention_window)
+        elif self.attention_window is not None:
+            raise ValueError(f"`attention_window` needs `use_causal_mask`. Received: use_causal_mask={use_causal_mask}")
         elif writing:  # keys past the tokens written so far are never visible
             written = ops.arange(k_len) < ops.cast(start, "int32") + q_len
             causal = ops.broadcast_to(written[None, None, :], (1, q_len, k_len))
@@ -191,9 +207,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return None if merged is None else masks.allow_empty_rows(merged)
 
     def _attend(self, q, k, v, mask, return_scores, training):
-        """softmax(Q K^T / sqrt(key_dim)) V over `(batch, len, heads, dim)` tensors: `(output, probabilities
+        """softmax(Q K^T * scale) V over `(batch, len, heads, dim)` tensors: `(output, probabilities
         (batch, heads, q_len, k_len) or None)`. Without scores, `fast_attention` computes the same, faster."""
-        scale = 1.0 / math.sqrt(self.key_dim)
+        scale = self.score_scale
         if not return_scores:
             fast = fast_attention(q, k, v, mask, scale, training, self.dropout_layer)
             if fast is not None:
@@ -227,5 +243,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "rotary_max_wavelength": self.rotary_max_wavelength,
+            "use_qkv_bias": self.use_qkv_bias, "attention_scale": self.attention_scale,
+            "attention_window": self.attention_window,
         })
         return config

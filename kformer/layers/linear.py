@@ -8,10 +8,9 @@ def over_rows(fn, x, feature_axes=1):
 
     `x` `(batch, seq, *features)` -> `fn((batch * seq, *features))` `(rows,
     *out)` -> `(batch, seq, *out)`. A projection's kernel gradient then
-    contracts one axis instead of two: JAX's CPU compiler ran a feed-forward
-    layer's forward and backward 2.4x faster (docs/BENCHMARKS.md,
-    "Projections over one batch axis"); TensorFlow and torch multiply rows
-    anyway.
+    contracts one axis instead of two, which JAX's CPU compiler runs faster
+    (docs/decisions.md, "Why projections multiply rows"); TensorFlow and
+    torch multiply rows anyway.
 
     Example:
 

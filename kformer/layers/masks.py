@@ -8,16 +8,20 @@ from keras import ops
 MASKED_SCORE = -1e9  # what a masked key's attention score becomes before a softmax
 
 
-def causal_mask(query_length, key_length, start_index=0):
-    """Lower-triangular mask `(1, query_length, key_length)`.
+def causal_mask(query_length, key_length, start_index=0, window=None):
+    """Lower-triangular mask `(1, query_length, key_length)`, optionally a sliding window.
 
     Query `i` sits at absolute position `start_index + i` and may attend keys
     `j <= start_index + i` (decoding with a cache continues from `start_index`).
+    With a `window`, only the last `window` of those: `start_index + i - window < j`
+    (GPT-Neo's local attention; a cached step sees the last `window` positions).
 
     Args:
         query_length: int or scalar tensor. Number of queries.
         key_length: int or scalar tensor. Number of keys.
         start_index: int or scalar tensor. Absolute position of query 0. Defaults to `0`.
+        window: int or None. Keys each query may attend, itself included. Defaults
+            to `None` (every earlier key).
 
     Returns:
         bool `(1, query_length, key_length)`.
@@ -27,12 +31,17 @@ def causal_mask(query_length, key_length, start_index=0):
     >>> import numpy as np
     >>> np.asarray(causal_mask(3, 3)).astype(int)[0].tolist()
     [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    >>> np.asarray(causal_mask(3, 3, window=2)).astype(int)[0].tolist()
+    [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
     """
     # Indexing and operators, not `ops.expand_dims`/`ops.greater_equal`: a cached decoding step
     # builds this mask in every layer, and each `keras.ops` call costs 5-25 us in eager torch.
     start = start_index if isinstance(start_index, int) else ops.cast(start_index, "int32")
     rows = ops.arange(query_length, dtype="int32")[:, None] + start
-    return (rows >= ops.arange(key_length, dtype="int32")[None, :])[None]
+    columns = ops.arange(key_length, dtype="int32")[None, :]
+    if window is None:
+        return (rows >= columns)[None]
+    return ops.logical_and(rows >= columns, rows - columns < window)[None]
 
 
 def merge_masks(query_mask=None, key_mask=None, attention_mask=None, causal=None):

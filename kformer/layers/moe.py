@@ -1,5 +1,6 @@
 """Mixture-of-experts feed-forward with a learned top-k router (Switch / GShard)."""
 
+import fractions
 import math
 
 import keras
@@ -19,7 +20,11 @@ class MixtureOfExperts(keras.layers.Layer):
     Transformer, Fedus et al. 2021). The load-balancing loss
     `num_experts * sum_e f_e * P_e` (f: fraction of tokens whose first choice
     is e, P: mean router probability of e) is added with `add_loss`, scaled by
-    `aux_loss_weight`; it is 1 for perfectly balanced routing.
+    `aux_loss_weight`; it is 1 for perfectly balanced routing. Each training
+    call (`training=True`) also records its batch's routing in non-trainable
+    float32 state: `balancing_loss` (unscaled), `routed_tokens` and
+    `kept_tokens` `(num_experts,)` (token choices per expert, before and after
+    the capacity cut); `routing_statistics()` reads them.
 
     Args:
         num_experts: int. Number of expert feed-forwards.
@@ -101,14 +106,25 @@ class MixtureOfExperts(keras.layers.Layer):
             initializer=clone_initializer(self.kernel_initializer),
         )
         self.outer_bias = self.add_weight(name="outer_bias", shape=(experts, dim), initializer="zeros")
+        # The last training batch's routing (diagnostics, not parameters); `routing_statistics()`.
+        state = dict(initializer="zeros", dtype="float32", trainable=False, aggregation="only_first_replica")
+        self.balancing_loss_value = self.add_weight(name="balancing_loss", shape=(), **state)
+        self.routed_tokens = self.add_weight(name="routed_tokens", shape=(experts,), **state)
+        self.kept_tokens = self.add_weight(name="kept_tokens", shape=(experts,), **state)
         self.built = True
 
     def capacity(self, sequence_length):
         """Slots per expert for a group of `sequence_length` tokens."""
-        slots = self.capacity_factor * self.top_k * sequence_length / self.num_experts
         if isinstance(sequence_length, int):
+            slots = self.capacity_factor * self.top_k * sequence_length / self.num_experts
             return max(1, min(sequence_length, math.ceil(slots)))
-        return ops.clip(ops.cast(ops.ceil(slots), "int32"), 1, sequence_length)
+        if ops.is_tensor(sequence_length):
+            slots = self.capacity_factor * self.top_k * ops.cast(sequence_length, "float32") / self.num_experts
+            return ops.clip(ops.cast(ops.ceil(slots), "int32"), 1, sequence_length)
+        # A symbolic dimension (JAX's shape inference of an unknown length): integer arithmetic only; a
+        # capacity over the length just leaves slots empty.
+        ratio = fractions.Fraction(self.capacity_factor * self.top_k / self.num_experts).limit_denominator(10**6)
+        return -(-(sequence_length * ratio.numerator) // ratio.denominator)
 
     def route(self, inputs, padding_mask=None):
         """Router decisions for `inputs` `(batch, seq, dim)`.
@@ -155,6 +171,29 @@ class MixtureOfExperts(keras.layers.Layer):
         mean_prob = ops.sum(probs * weights[..., None], axis=(0, 1)) / count
         return self.num_experts * ops.sum(fraction * mean_prob)
 
+    def routing_statistics(self):
+        """The last training batch's routing, from this layer's state (zeros before any training step).
+
+        Returns:
+            dict of float32 tensors: `balancing_loss` (unscaled, 1 = balanced),
+            `routed_tokens` and `kept_tokens` `(num_experts,)` (token choices
+            per expert before and after the capacity cut), `dropped_tokens`
+            (choices over capacity) and `dropped_fraction` (of all choices).
+        """
+        routed, kept = ops.convert_to_tensor(self.routed_tokens), ops.convert_to_tensor(self.kept_tokens)
+        dropped = ops.sum(routed) - ops.sum(kept)
+        return {"balancing_loss": ops.convert_to_tensor(self.balancing_loss_value), "routed_tokens": routed,
+                "kept_tokens": kept, "dropped_tokens": dropped,
+                "dropped_fraction": dropped / ops.maximum(ops.sum(routed), 1.0)}
+
+    def _record(self, routing, balancing_loss, padding_mask):
+        routed = ops.sum(ops.one_hot(routing["expert_index"], self.num_experts, dtype="float32"), axis=2)
+        if padding_mask is not None:
+            routed = routed * ops.cast(padding_mask, "float32")[:, :, None]
+        self.balancing_loss_value.assign(balancing_loss)
+        self.routed_tokens.assign(ops.sum(routed, axis=(0, 1)))  # (experts,)
+        self.kept_tokens.assign(ops.sum(routing["dispatch"], axis=(0, 1, 3)))
+
     def call(self, inputs, padding_mask=None, training=None, mask=None):
         if len(inputs.shape) != 3:
             raise ValueError(
@@ -164,8 +203,11 @@ class MixtureOfExperts(keras.layers.Layer):
             return ops.zeros_like(inputs)
         padding_mask = mask if padding_mask is None else padding_mask
         routing = self.route(inputs, padding_mask)
+        balancing_loss = self.balancing_loss(routing, padding_mask)
         if self.aux_loss_weight:
-            self.add_loss(self.aux_loss_weight * self.balancing_loss(routing, padding_mask))
+            self.add_loss(self.aux_loss_weight * balancing_loss)
+        if training is True:  # fit's steps only: inference and decoding loops leave the state alone
+            self._record(routing, balancing_loss, padding_mask)
         dispatch = ops.cast(routing["dispatch"], inputs.dtype)
         combine = ops.cast(routing["combine"], inputs.dtype)
         x = ops.einsum("bsec,bsd->becd", dispatch, inputs)  # (batch, experts, capacity, dim)

@@ -3,7 +3,8 @@
 `kformer.models.translator(preset="transformer_tiny", ...)` or
 `kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
 `TextClassifier`, `BertBackbone` and its `BertPretrainer` /
-`BertTextClassifier`, `ViTImageClassifier`, `CausalLM`, `ConformerEncoder`); `list_models()` names every
+`BertTextClassifier`, `ViTImageClassifier`, `CausalLM`, `ConformerEncoder`,
+`SpeechRecognizer`); `list_models()` names every
 preset; `load(path)` reads a recipe's output back; `from_pretrained(folder or
 "hf://org/name")` loads a published BERT, GPT-2 or ViT checkpoint; `layout_map(...)` shards a
 model's weights for `keras.distribution.ModelParallel`. Every model derives
@@ -36,6 +37,7 @@ from kformer.models.optimizers import adamw, compile_bert_pretrainer, warmup_cos
 from kformer.models.parallel import layout_map
 from kformer.models.pretrained import from_pretrained
 from kformer.models.registry import build, builder, get_preset, list_models, register
+from kformer.models.speech_recognizer import SpeechRecognizer, speech_recognizer
 from kformer.models.task import ClassifierTask, KformerModel, Task
 from kformer.models.training import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy, TransformerSchedule
 from kformer.models.translator import Translator, translator
@@ -52,6 +54,7 @@ __all__ = [
     "LabelSmoothedCrossEntropy",
     "SparseAccuracy",
     "SparseCrossEntropy",
+    "SpeechRecognizer",
     "Task",
     "TextClassifier",
     "TransformerSchedule",
@@ -73,6 +76,7 @@ __all__ = [
     "list_models",
     "load",
     "register",
+    "speech_recognizer",
     "text_classifier",
     "translator",
     "vit",

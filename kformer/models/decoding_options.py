@@ -21,6 +21,9 @@ MAX_LENGTH_CAP = 8192  # bound for models without learned positions (sinusoidal,
 # tokenizer splits into more pieces: 4.7% of them at 3, 1.7% at 4, 0.5% at 5, 0.16% at 6. 5 stops the
 # chains and keeps 99.5% of real words writable.
 TRANSLATE_MAX_WORD_PIECES = 5
+# `Translator.translate`'s and the translation export's `no_repeat_ngram_size`: the recipe's repetition guard
+# (issue 60: an undertrained translator looped "no me gusta que no me gusta que ..." without it).
+TRANSLATE_NO_REPEAT_NGRAM_SIZE = 3
 _USED_BY = {"greedy": (), "beam": ("num_beams", "length_penalty"), "top_k": ("k", "temperature"),
             "top_p": ("p", "temperature")}
 
@@ -208,7 +211,7 @@ def check_prompts(ids, max_length):
 
 
 def check_export_options(task_type, *, sequence_length, position_limit=None, max_length=None, num_beams=4,
-                         top_p=0.9, temperature=1.0, no_repeat_ngram_size=0, xla=False, max_length_ratio=None,
+                         top_p=0.9, temperature=1.0, no_repeat_ngram_size=None, xla=False, max_length_ratio=None,
                          max_length_offset=10, max_word_pieces=TRANSLATE_MAX_WORD_PIECES):
     """Validate the decoding options of a SavedModel export -> the dict the signatures read.
 
@@ -222,6 +225,10 @@ def check_export_options(task_type, *, sequence_length, position_limit=None, max
             xla, max_length_ratio, max_length_offset, max_word_pieces: as in
             `kformer.export.save_for_serving`.
 
+    `no_repeat_ngram_size=None` is the task's default:
+    `TRANSLATE_NO_REPEAT_NGRAM_SIZE` (3) for translation, as `translate`'s,
+    and 0 (off) for text generation.
+
     Returns:
         dict: `max_length`, `num_beams` (translation), `max_length_ratio`
         and `max_length_offset` (when a ratio is given), `max_word_pieces`
@@ -231,7 +238,7 @@ def check_export_options(task_type, *, sequence_length, position_limit=None, max
     Example:
 
     >>> check_export_options("translation", sequence_length=40, max_word_pieces=0)
-    {'max_length': 40, 'num_beams': 4, 'no_repeat_ngram_size': 0}
+    {'max_length': 40, 'num_beams': 4, 'no_repeat_ngram_size': 3}
     >>> check_export_options("translation", sequence_length=40, max_word_pieces=3)["max_word_pieces"]
     3
     >>> check_export_options("text_classification", sequence_length=40)
@@ -266,6 +273,8 @@ def check_export_options(task_type, *, sequence_length, position_limit=None, max
         if not isinstance(temperature, (int, float)) or not 0 < temperature < float("inf"):
             raise ValueError(f"`temperature` must be a finite float > 0. Received: temperature={temperature!r}")
     if task_type in ("translation", "text_generation"):
+        if no_repeat_ngram_size is None:
+            no_repeat_ngram_size = TRANSLATE_NO_REPEAT_NGRAM_SIZE if task_type == "translation" else 0
         if not isinstance(no_repeat_ngram_size, int) or isinstance(no_repeat_ngram_size, bool) \
                 or no_repeat_ngram_size < 0:
             raise ValueError("`no_repeat_ngram_size` must be an int >= 0 (0 = off). Received: "

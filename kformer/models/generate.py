@@ -161,7 +161,7 @@ def sample(logits, uniform):
 
 def _known(t):
     """The loop position as an int where it is known (torch runs the loop eagerly, and its
-    `slice_update` is 4x faster with int indices); traced (TF, JAX), unchanged."""
+    `slice_update` is faster with int indices); traced (TF, JAX), unchanged."""
     index = known_index("t", t)
     return t if index is None else index
 
@@ -394,7 +394,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the
             batch at `batching.batch_bucket(batch)` rows, a few compiles for any batch
             sizes. `False`: at its own size, one compile per size, and no
-            copied rows' work (9 rows run as 16 cost up to 1.5x a call here):
+            copied rows' work (docs/decisions.md, "Why batches are padded"):
             for a caller who decodes one odd batch size many times. Torch
             pads nothing either way.
 

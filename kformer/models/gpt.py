@@ -12,6 +12,8 @@ from kformer.models.registry import builder, register
 from kformer.models.task import check_length_fits, check_tokenizer_fits
 
 POSITIONS = ("learned", "rotary")
+MOE_METRICS = ("balancing_loss", "dropped_tokens", "dropped_fraction")  # fit's `moe_*` logs
+ATTENTION_TYPES = ("global", "local")
 GPT2 = dict(vocabulary_size=50257, sequence_length=1024, dropout=0.1)
 
 
@@ -38,10 +40,36 @@ class CausalLM(GenerativeTask):
         activation: `"gelu"` (exact, erf) or `"gelu_approximate"` (the tanh
             form, GPT-2's `gelu_new`). Defaults to `"gelu"`.
         tie_output_embedding: bool. Defaults to `True`.
+        attention_window: int or None. The sliding window of `"local"` layers:
+            each position attends the last `attention_window` positions, itself
+            included (GPT-Neo). Defaults to `None`.
+        attention_types: list of `"global"` / `"local"`, one per layer, or a
+            shorter pattern repeated over the layers (`["global", "local"]`
+            alternates, as GPT-Neo); GPT-Neo's `[[["global", "local"], 6]]` form
+            is read too. Defaults to every layer `"local"` with an
+            `attention_window`, else `"global"`.
+        attention_scale: float or None. Multiplies the attention scores.
+            Defaults to `None` (`1 / sqrt(head_dim)`; GPT-Neo: `1.0`).
+        use_qkv_bias: bool. Biases in the query, key and value projections.
+            Defaults to `True` (GPT-Neo: `False`).
+        num_experts: int. `> 0`: every `moe_every`-th block (the last of each
+            group, as in GShard and Switch) has a top-`top_k` `MixtureOfExperts`
+            feed-forward instead of the dense one. Defaults to `0` (none).
+        moe_every, top_k: ints. Defaults to `2` and `2` (GShard).
+        expert_intermediate_dim: int or None. Hidden width of each expert.
+            Defaults to `None`: `intermediate_dim` (`intermediate_dim // top_k`
+            gives the dense model's feed-forward FLOPs per token).
+        capacity_factor: float. Expert capacity over an even split of a
+            sequence's token choices; choices over it are dropped (the residual
+            passes the token through). Defaults to `1.25`.
         preprocessor: `kformer.data.preprocessors.CausalLMPreprocessor` or None.
 
     Attributes: `token_embedding`, `decoder_blocks`, `final_norm`,
-    `output_projection` (None when tied).
+    `output_projection` (None when tied), `experts` (the `MixtureOfExperts`
+    layers). With experts, `fit` logs
+    `moe_balancing_loss` (mean over the expert layers of the unscaled
+    balancing loss, 1 = balanced), `moe_dropped_tokens` (token choices over
+    capacity per step, all expert layers) and `moe_dropped_fraction`.
 
     Example:
 
@@ -60,7 +88,8 @@ class CausalLM(GenerativeTask):
     def __init__(self, vocabulary_size=50257, sequence_length=1024, hidden_dim=768, num_layers=12,
                  num_heads=12, intermediate_dim=3072, dropout=0.1, position="learned",
                  layer_norm_epsilon=1e-5, tie_output_embedding=True, preprocessor=None, activation="gelu",
-                 **kwargs):
+                 attention_window=None, attention_types=None, attention_scale=None, use_qkv_bias=True,
+                 num_experts=0, moe_every=2, top_k=2, expert_intermediate_dim=None, capacity_factor=1.25, **kwargs):
         check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
                             hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
                             intermediate_dim=intermediate_dim)
@@ -68,14 +97,18 @@ class CausalLM(GenerativeTask):
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
         activation_fn = activations.get(activation)
+        moe = _expert_settings(num_experts, moe_every, top_k, intermediate_dim, expert_intermediate_dim,
+                               capacity_factor, num_layers)  # each block's feed-forward arguments
+        windows = _layer_windows(attention_types, attention_window, num_layers)
         init = keras.initializers.RandomNormal(stddev=0.02)
         token_embedding = layers.TokenAndPositionEmbedding(
             vocabulary_size, sequence_length, hidden_dim, position="learned" if position == "learned" else "none",
             embeddings_initializer=init, name="embedding")
         decoder_blocks = [blocks.TransformerDecoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, activation=activation_fn, normalize_first=True,
+            num_heads, dropout=dropout, activation=activation_fn, normalize_first=True,
             layer_norm_epsilon=layer_norm_epsilon, kernel_initializer=init,
-            rotary_max_wavelength=10000 if position == "rotary" else None, name=f"decoder_{i}")
+            rotary_max_wavelength=10000 if position == "rotary" else None, attention_window=windows[i],
+            attention_scale=attention_scale, use_qkv_bias=use_qkv_bias, **moe[i], name=f"decoder_{i}")
             for i in range(num_layers)]
         final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_norm")
         output_projection = None if tie_output_embedding else keras.layers.Dense(
@@ -95,6 +128,11 @@ class CausalLM(GenerativeTask):
         self.num_layers, self.num_heads, self.intermediate_dim = num_layers, num_heads, intermediate_dim
         self.dropout, self.position, self.layer_norm_epsilon = dropout, position, layer_norm_epsilon
         self.tie_output_embedding, self.activation = tie_output_embedding, activation
+        self.attention_window, self.attention_types = attention_window, attention_types
+        self.attention_scale, self.use_qkv_bias = attention_scale, use_qkv_bias
+        self.num_experts, self.moe_every, self.top_k = num_experts, moe_every, top_k
+        self.expert_intermediate_dim, self.capacity_factor = expert_intermediate_dim, capacity_factor
+        self.moe_trackers = [keras.metrics.Mean(name=f"moe_{key}") for key in MOE_METRICS] if num_experts else []
         self._set_preprocessor(preprocessor)
 
     @classmethod
@@ -106,6 +144,30 @@ class CausalLM(GenerativeTask):
 
     def transformer_blocks(self):
         return self, [], list(self.decoder_blocks)
+
+    @property
+    def experts(self):
+        """The `MixtureOfExperts` feed-forwards, first block first (empty without experts)."""
+        return [block.feed_forward for block in self.decoder_blocks if block.num_experts]
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        self._logging_routing = bool(training) and bool(self.experts)  # read by compute_metrics in this step
+        if self._logging_routing:  # the expert layers recorded this batch's routing in their state
+            stats = [layer.routing_statistics() for layer in self.experts]
+            values = {"balancing_loss": sum(s["balancing_loss"] for s in stats) / len(stats),
+                      "dropped_tokens": sum(s["dropped_tokens"] for s in stats)}
+            values["dropped_fraction"] = values["dropped_tokens"] / ops.maximum(
+                sum(ops.sum(s["routed_tokens"]) for s in stats), 1.0)
+            for tracker, key in zip(self.moe_trackers, MOE_METRICS):
+                tracker.update_state(values[key])
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        logs = super().compute_metrics(x, y, y_pred, sample_weight)
+        if self.experts and not getattr(self, "_logging_routing", False):  # evaluation: no routing recorded
+            logs = {k: v for k, v in logs.items() if k not in {t.name for t in self.moe_trackers}}
+        return logs
 
     def input_limits(self):
         return {"token_ids": (self.vocabulary_size, self.sequence_length if self.position == "learned" else None)}
@@ -191,18 +253,71 @@ class CausalLM(GenerativeTask):
         return texts[0] if single else texts
 
 
+def _expert_settings(num_experts, moe_every, top_k, intermediate_dim, expert_intermediate_dim, capacity_factor,
+                     num_layers):
+    """Each decoder block's feed-forward arguments: dense, or (every `moe_every`-th) mixture of experts."""
+    if not isinstance(num_experts, int) or isinstance(num_experts, bool) or num_experts < 0:
+        raise ValueError(f"`num_experts` must be an int >= 0. Received: num_experts={num_experts!r}")
+    dense = {"intermediate_dim": intermediate_dim}
+    if not num_experts:
+        return [dense] * num_layers
+    check_positive_ints(moe_every=moe_every)
+    if expert_intermediate_dim is not None:
+        check_positive_ints(expert_intermediate_dim=expert_intermediate_dim)
+    if not isinstance(capacity_factor, (int, float)) or isinstance(capacity_factor, bool) or capacity_factor <= 0:
+        raise ValueError(f"`capacity_factor` must be a positive number. Received: capacity_factor={capacity_factor!r}")
+    if not isinstance(top_k, int) or not 1 <= top_k <= num_experts:
+        raise ValueError(f"`top_k` must be an int in [1, num_experts={num_experts}]. Received: top_k={top_k!r}")
+    moe = dict(num_experts=num_experts, top_k=top_k, capacity_factor=capacity_factor,
+               intermediate_dim=intermediate_dim if expert_intermediate_dim is None else expert_intermediate_dim)
+    return [moe if (i + 1) % moe_every == 0 else dense for i in range(num_layers)]
+
+
+def _layer_windows(attention_types, attention_window, num_layers):
+    """Each layer's `attention_window` (None for a global layer) from `CausalLM`'s arguments."""
+    if attention_window is not None:
+        check_positive_ints(attention_window=attention_window)
+    if attention_types is None:
+        return [attention_window] * num_layers
+    types = attention_types
+    if isinstance(types, (list, tuple)) and types and all(isinstance(t, (list, tuple)) for t in types):
+        try:  # GPT-Neo's [[types, repeats], ...]
+            types = [kind for pattern, repeats in types for _ in range(repeats) for kind in pattern]
+        except (TypeError, ValueError):
+            types = None
+    if not isinstance(types, (list, tuple)) or not types or num_layers % len(types) \
+            or any(kind not in ATTENTION_TYPES for kind in types):
+        raise ValueError(f"`attention_types` must be a list of {ATTENTION_TYPES} whose length divides "
+                         f"`num_layers`={num_layers} (or GPT-Neo's [[types, repeats], ...]). "
+                         f"Received: attention_types={attention_types!r}")
+    if "local" in types and attention_window is None:
+        raise ValueError("`attention_types` has \"local\" layers: they need an `attention_window`. "
+                         "Received: attention_window=None")
+    return [attention_window if kind == "local" else None for kind in list(types) * (num_layers // len(types))]
+
+
+@register("gpt_neo_125m", vocabulary_size=50257, sequence_length=2048, hidden_dim=768, num_layers=12, num_heads=12,
+          intermediate_dim=3072, dropout=0.0, activation="gelu_approximate", attention_window=256,
+          attention_types=("global", "local"), attention_scale=1.0, use_qkv_bias=False)
 @register("gpt2_small", **GPT2, hidden_dim=768, num_layers=12, num_heads=12, intermediate_dim=3072)
 @register("gpt_mini", vocabulary_size=16000, sequence_length=256, hidden_dim=256, num_layers=4, num_heads=4,
           intermediate_dim=1024)
 @register("gpt_tiny", vocabulary_size=8000, sequence_length=128, hidden_dim=128, num_layers=2, num_heads=2,
           intermediate_dim=512)
+@register("gpt_moe_tiny", vocabulary_size=8000, sequence_length=128, hidden_dim=128, num_layers=2, num_heads=2,
+          intermediate_dim=512, num_experts=8, moe_every=2, top_k=2, expert_intermediate_dim=256)
 @builder(sizes=lambda preprocessor: {"vocabulary_size": preprocessor.tokenizer.vocabulary_size})
 def causal_lm(**kwargs):
     """Build a `CausalLM`: `causal_lm(preset="gpt_tiny", vocabulary_size=8000)`.
 
     Args:
-        preset: str. `"gpt_tiny"` (CPU demo), `"gpt_mini"` or `"gpt2_small"`
-            (GPT-2 124M: 12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens).
+        preset: str. `"gpt_tiny"` (CPU demo), `"gpt_moe_tiny"` (`gpt_tiny` whose
+            second block has 8 experts, top-2, each half as wide: the dense
+            feed-forward's FLOPs per token), `"gpt_mini"`, `"gpt2_small"`
+            (GPT-2 124M: 12 layers, 768 wide, 12 heads, 1024 positions, 50257 tokens)
+            or `"gpt_neo_125m"` (GPT-Neo 125M: the same widths, 2048 positions, global
+            and local (window 256) layers alternating, unscaled scores, no query, key
+            and value biases).
         **kwargs: `CausalLM` arguments; they replace the preset's. With a
             `preprocessor` and no `vocabulary_size`, its tokenizer's size.
 

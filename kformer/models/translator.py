@@ -6,7 +6,7 @@ from keras import ops
 
 from kformer import blocks, layers
 from kformer.layers.checks import check_positive_ints, check_rates
-from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES
+from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
 from kformer.models.generate import generate as generate_ids
 from kformer.models.generative import GenerativeTask
 from kformer.models.input_checks import check_batch_size
@@ -208,7 +208,8 @@ class Translator(GenerativeTask):
         return generate_ids(self, encoder_token_ids, **kwargs)
 
     def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=None,
-                  max_word_pieces=TRANSLATE_MAX_WORD_PIECES, **kwargs):
+                  max_word_pieces=TRANSLATE_MAX_WORD_PIECES,
+                  no_repeat_ngram_size=TRANSLATE_NO_REPEAT_NGRAM_SIZE, **kwargs):
         """Translate strings: list of str (or one str) -> list of str.
 
         Tokenizes with the preprocessor, decodes with `generate` (`strategy`:
@@ -221,6 +222,10 @@ class Translator(GenerativeTask):
         pieces; defaults to `kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`
         (5), which stops the chains of invented `##` pieces an unfamiliar word
         sets off (issue 60); `None` turns the guard off.
+        `no_repeat_ngram_size` (see `generate`): no n-gram appears twice in
+        one translation; defaults to `TRANSLATE_NO_REPEAT_NGRAM_SIZE` (3, the
+        recipe's guard), which stops an undertrained model's loops; `0` turns
+        it off.
         """
         preprocessor = self._require_preprocessor("translate")
         check_batch_size(batch_size)
@@ -235,7 +240,8 @@ class Translator(GenerativeTask):
         source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
         options = dict(max_length=preprocessor.sequence_length if max_length is None else max_length, strategy=strategy,
                        start_token_id=preprocessor.start_token_id,
-                       end_token_id=preprocessor.end_token_id, max_word_pieces=max_word_pieces, **kwargs)
+                       end_token_id=preprocessor.end_token_id, max_word_pieces=max_word_pieces,
+                       no_repeat_ngram_size=no_repeat_ngram_size, **kwargs)
         order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")
         outputs = [None] * len(source)
         for start in range(0, len(source), batch_size):

@@ -158,7 +158,7 @@ def vit(**kwargs):
         preset: str. `"vit_tiny"` (MNIST), `"vit_small_cifar"`, `"vit_conv_stem_cifar"`
             (CIFAR-10; the convolutional stem of Xiao et al. 2021 and one block
             fewer), `"vit_hybrid_cifar"` (a third stem convolution: 16 tokens
-            of a 4x4 map, Dosovitskiy et al.'s hybrid; a 2.5-3.4x faster step, the
+            of a 4x4 map, Dosovitskiy et al.'s hybrid; a faster step, the
             recipe's CIFAR-10 default), `"vit_base_patch16_224"`, ...
         **kwargs: `ViTImageClassifier` arguments; they replace the preset's.
 

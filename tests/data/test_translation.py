@@ -31,7 +31,7 @@ def batches(ds):
 def test_bundled_splits_have_fixed_sizes_and_are_deterministic():
     splits = {s: translation.load_split(s, "spa-eng") for s in translation.SPLITS}
     sizes = {s: len(src) for s, (src, tgt) in splits.items()}
-    assert sizes == {"train": 4000, "validation": 500, "test": 500}
+    assert sizes == {"train": 20000, "validation": 500, "test": 500}
     assert all(len(src) == len(tgt) for src, tgt in splits.values())
     assert translation.load_split("test", "spa-eng") == splits["test"]
     first = translation.load_split("train", "spa-eng", max_examples=10)

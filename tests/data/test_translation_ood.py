@@ -34,7 +34,7 @@ def check_splits(sources, targets, held, max_words, min_count):
 
 def test_bundled_ood_splits_sizes_and_properties(bundled):
     sources, targets, held = bundled
-    assert {k: len(v[0]) for k, v in held.items()} == {"train": 3766, "length": 78, "rare_word": 156}
+    assert {k: len(v[0]) for k, v in held.items()} == {"train": 18750, "length": 469, "rare_word": 781}
     assert all(len(src) == len(tgt) for src, tgt in held.values())
     check_splits(sources, targets, held, max_words=12, min_count=2)
     counts = train_counts(held["train"][0])  # with min_count 2, each held-out pair has a word never trained on

@@ -36,6 +36,8 @@ CASES = {
     "translator_learned_positions": lambda: (translator(position="learned"), SOURCE),
     "causal_lm": lambda: (causal_lm(), PROMPTS),
     "causal_lm_rotary_untied": lambda: (causal_lm(position="rotary", tie_output_embedding=False), PROMPTS),
+    "causal_lm_gpt_neo_local": lambda: (causal_lm(attention_window=3, attention_types=["global", "local"],
+                                                  attention_scale=1.0, use_qkv_bias=False), PROMPTS),
 }
 
 

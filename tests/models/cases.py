@@ -14,6 +14,7 @@ SMALL = {
     "vit": dict(image_size=16, patch_size=4, hidden_dim=16, num_heads=2, intermediate_dim=32,
                 num_layers=2, num_classes=3),
     "conformer_encoder": dict(num_features=16, num_layers=2, hidden_dim=16, num_heads=2, kernel_size=3),
+    "speech_recognizer": dict(num_features=16, num_layers=2, hidden_dim=16, num_heads=2, kernel_size=3),
     "causal_lm": dict(vocabulary_size=40, sequence_length=16, hidden_dim=16, num_heads=2,
                       intermediate_dim=32, num_layers=2),
 }

@@ -92,6 +92,11 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     training = (clf_dir / "README.md").read_text().split("## Training")[1]  # the card: a setting, not a score
     assert "| finetune_batch_size | 8 |" in training
     assert 0.0 <= clf_metrics["scratch_test_accuracy"] <= 1.0
+    # the short-text figures (issue 60): test reviews cut to their first sentence and to 10-30 words
+    for key in ("ood_first_sentence_accuracy", "ood_crop_10_30_accuracy"):
+        assert 0.0 <= clf_metrics[key] <= 1.0
+        assert f"| {key} | {clf_metrics[key]:.4g} |" in (clf_dir / "README.md").read_text().split(
+            "## Out of distribution")[1]
     pretrained, classifier = models.load(mlm_dir), models.load(clf_dir)
     assert {"mlm_logits", "nsp_logits"} == set(pretrained.output)
     # pretrained without dropout, fine-tuned with the preset's (0.1)

@@ -118,9 +118,9 @@ def test_translator_recipe_reports_ood_scores(tmp_path):
         assert 0.0 <= metrics[key] <= 100.0, key
     assert 0.0 <= metrics["long_word_rate"] <= 1.0 and metrics["digit_sources"] >= 0
     assert metrics["train_examples"] == 32 and metrics["test_examples"] == 8
-    assert metrics["ood_splits"]["held_out"] == {"length": 78, "rare_word": 156}  # of the bundled 4,000
+    assert metrics["ood_splits"]["held_out"] == {"length": 469, "rare_word": 781}  # of the bundled 20,000
     assert metrics["ood_splits"]["scored"] == {"length": 8, "rare_word": 8}
-    assert metrics["ood_splits"]["train_pairs_before"] == 4000
+    assert metrics["ood_splits"]["train_pairs_before"] == 20000
     assert metrics["averaged_epochs"] == [1, 2] and metrics["shared_vocabulary"] is True
     assert np.isfinite(metrics["final_val_loss"])
     assert "ood_length_bleu" in (run_dir / "README.md").read_text()

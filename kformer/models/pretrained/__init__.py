@@ -16,7 +16,7 @@ variable, transform) that serves both directions.
 from kformer.models import task as task_module
 from kformer.models.pretrained.common import read_config, resolve
 
-FAMILIES = ("bert", "gpt2", "vit")
+FAMILIES = ("bert", "gpt2", "gpt_neo", "vit")
 
 
 def from_pretrained(source, task=None, **kwargs):
@@ -56,6 +56,8 @@ def from_pretrained(source, task=None, **kwargs):
         from kformer.models.pretrained import bert as family
     elif model_type == "gpt2":
         from kformer.models.pretrained import gpt2 as family
+    elif model_type == "gpt_neo":
+        from kformer.models.pretrained import gpt_neo as family
     elif model_type == "vit":
         from kformer.models.pretrained import vit as family
     else:
@@ -68,7 +70,8 @@ def save(task, folder, overwrite=False):
     """Write a kformer task as a Hugging Face checkpoint folder that `transformers` opens.
 
     `config.json`, `model.safetensors` and the tokenizer (or image processor) files of the
-    family: BERT (`BertBackbone`, `BertPretrainer`, `BertTextClassifier`), GPT-2 (`CausalLM`) or
+    family: BERT (`BertBackbone`, `BertPretrainer`, `BertTextClassifier`), GPT-2 (`CausalLM`; GPT-Neo
+    when it has no query, key and value biases, `use_qkv_bias=False`) or
     ViT (`ViTImageClassifier`). The folder is written atomically (a temporary sibling folder, then
     a rename). A model the family cannot represent exactly is a ValueError naming the attribute,
     raised before anything is written.
@@ -92,6 +95,8 @@ def save(task, folder, overwrite=False):
 
     if isinstance(task, (BertBackbone, BertPretrainer, BertTextClassifier)):
         from kformer.models.pretrained import bert as family
+    elif isinstance(task, CausalLM) and not task.use_qkv_bias:  # GPT-Neo's attention
+        from kformer.models.pretrained import gpt_neo as family
     elif isinstance(task, CausalLM):
         from kformer.models.pretrained import gpt2 as family
     elif isinstance(task, ViTImageClassifier):

@@ -170,6 +170,10 @@ def save(task, folder, overwrite=False):
 
     if task.position != "learned":
         raise refuse(task, "position", task.position, "GPT-2 has learned absolute positions only")
+    if task.attention_scale is not None or any(block.attention_window for block in task.decoder_blocks):
+        raise refuse(task, "attention_window" if task.attention_scale is None else "attention_scale",
+                     task.attention_window if task.attention_scale is None else task.attention_scale,
+                     "GPT-2 attends every earlier position with scores scaled by 1 / sqrt(head_dim)")
     if not task.tie_output_embedding:
         raise refuse(task, "tie_output_embedding", False, "GPT-2 ties the output projection to `wte`")
     names = {kformer: hf for hf, kformer in ACTIVATIONS.items() if hf != "gelu_pytorch_tanh"}

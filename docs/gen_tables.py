@@ -1,0 +1,167 @@
+"""The tables of docs/ that come from files: results under benchmarks/results/, presets from the registry.
+
+    python docs/gen_tables.py            # rewrite every generated block of docs/*.md from the files
+    python docs/gen_tables.py --check    # exit 1, naming each page and table that differs from its files
+
+A generated block sits between `<!-- table: NAME [ARG] -->` and `<!-- /table -->`; NAME is a key of
+`TABLES`. A figure on the Performance, Results or Decisions page lives in one CSV file, written by the
+benchmark or quality script that measured it (with command, commit, date, machine and backend), and
+reaches the page only through this script. Preset tables (`presets BUILDER`) are filled when the site
+builds (`docs/hooks.py`), since the registry grows with the code, and are left empty in the files.
+"""
+
+import csv
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+RESULTS = ROOT / "benchmarks" / "results"
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w.]+)(?: (?P<arg>[\w.-]+))? -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+PROVENANCE = ("command", "commit", "date", "machine", "backend")
+
+
+def read(name):
+    """Rows of `benchmarks/results/<name>` as dicts; every row must carry the provenance columns."""
+    path = RESULTS / name
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    missing = [c for c in PROVENANCE if rows and c not in rows[0]]
+    if missing:
+        raise ValueError(f"{path} lacks the provenance columns {missing}; every results file needs {PROVENANCE}.")
+    return rows
+
+
+def cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def measured(row):
+    return f"{row['date']}, `{row['commit']}`, {row['machine']}, {row['backend']}"
+
+
+def recipes(status):
+    """Recipe results of one status (`default`: the current defaults; `option`: flags measured)."""
+    rows = [r for r in read("recipes.csv") if r["status"] == status]
+    if not rows:
+        raise ValueError(f"benchmarks/results/recipes.csv has no row with status {status!r}.")
+    return table(["recipe", "run", "metric", "value", "target", "wall time", "data", "measured", "command"],
+                 [(r["recipe"], r["run"], r["metric"], f"**{r['value']}**", r["target"] or "-", r["wall"],
+                   r["data"], measured(r), f"`{r['command']}`") for r in rows])
+
+
+def ood(_=None):
+    """Each recipe's test figure beside its out-of-distribution figures (`recipes.csv` rows of status `ood`;
+    a metric starting with `ood: ` is out of distribution, the others are the run's own test split)."""
+    runs = {}
+    for r in read("recipes.csv"):
+        if r["status"] == "ood":
+            runs.setdefault((r["recipe"], r["run"], r["command"]), []).append(r)
+    if not runs:
+        raise ValueError("benchmarks/results/recipes.csv has no row with status 'ood'.")
+
+    def figures(rows):
+        return "; ".join(f"{r['metric'].removeprefix('ood: ')} **{r['value']}**"
+                         + (f" (target {r['target']})" if r["target"] else "") for r in rows)
+
+    return table(["recipe", "run", "in distribution", "out of distribution", "data", "measured", "command"],
+                 [(recipe, run, figures([r for r in rows if not r["metric"].startswith("ood: ")]),
+                   figures([r for r in rows if r["metric"].startswith("ood: ")]), rows[0]["data"],
+                   measured(rows[0]), f"`{command}`") for (recipe, run, command), rows in runs.items()])
+
+
+def moe(_=None):
+    """The mixture-of-experts language model beside the dense one (`moe_vs_dense.csv`)."""
+    rows = read("moe_vs_dense.csv")
+    return table(["model", "wall budget s", "steps", "train tokens/s", "validation perplexity", "parameters",
+                  "used per token", "balancing loss", "dropped", "measured", "command"],
+                 [(r["model"], r["budget_s"], r["train_steps"], r["train_tokens_per_s"],
+                   f"**{r['validation_perplexity']}**", r["params"], r["active_params_per_token"],
+                   r["moe_balancing_loss"] or "-", r["moe_dropped_fraction"] or "-", measured(r),
+                   f"`{r['command']}`") for r in rows])
+
+
+def anchors(task):
+    """kformer beside the example it is judged against, for one task of `anchors.csv`."""
+    rows = [r for r in read("anchors.csv") if r["task"] == task]
+    if not rows:
+        raise ValueError(f"benchmarks/results/anchors.csv has no row for task {task!r}.")
+    return table(["model", "epochs", "`fit` s", "wall s", "metric", "value", "measured"],
+                 [(r["model"], r["epochs"] or "-", r["fit_s"] or "-", r["wall_s"] or "-", r["metric"], r["value"],
+                   measured(r)) for r in rows]) + f"\n`{rows[0]['command']}`\n"
+
+
+def decision(key):
+    """What was measured for one entry of docs/decisions.md (`decisions.csv`)."""
+    rows = [r for r in read("decisions.csv") if r["decision"] == key]
+    if not rows:
+        raise ValueError(f"benchmarks/results/decisions.csv has no row for decision {key!r}.")
+    return table(["measured", "result", "backend", "machine", "date", "command"],
+                 [(r["what"], f"**{r['measured']}**", r["backend"], r["machine"], f"{r['date']} (`{r['commit']}`)",
+                   f"`{r['command']}`") for r in rows])
+
+
+def decisions(_=None):
+    """Every row of `decisions.csv`, for the Performance page."""
+    return table(["decision", "measured", "result", "backend", "date"],
+                 [(f"[{r['decision']}](decisions.md#{r['decision'].replace('_', '-')})", r["what"],
+                   f"**{r['measured']}**", r["backend"], f"{r['date']} (`{r['commit']}`)")
+                  for r in read("decisions.csv")])
+
+
+def csv_file(name):
+    """A whole results file as a table, its provenance folded into one column."""
+    rows = read(name)
+    own = [c for c in rows[0] if c not in PROVENANCE]
+    return table([*own, "measured", "command"],
+                 [(*(r[c] for c in own), measured(r), f"`{r['command']}`") for r in rows])
+
+
+TABLES = {"recipes": recipes, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision, "decisions": decisions, "csv": csv_file}
+
+
+def render(name, arg):
+    if name == "presets":
+        return ""  # filled at build time from the registry (docs/hooks.py)
+    if name not in TABLES:
+        raise ValueError(f"Unknown generated table {name!r}; known: {', '.join(sorted(TABLES))}, presets.")
+    return TABLES[name](arg)
+
+
+def regenerate(text):
+    """`text` with every generated block rendered anew."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m.group("name"), m.group("arg")) + m.group(5), text)
+
+
+def pages():
+    return sorted(DOCS.rglob("*.md"))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    check = "--check" in argv
+    stale = []
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        new = regenerate(text)
+        if new != text:
+            stale.append(page.relative_to(ROOT))
+            if not check:
+                page.write_text(new, encoding="utf-8")
+    if check and stale:
+        print("Pages that differ from benchmarks/results/ (run `python docs/gen_tables.py`):",
+              *stale, sep="\n  ", file=sys.stderr)
+        return 1
+    print(("stale: " if check else "rewrote: ") + (", ".join(map(str, stale)) or "none"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

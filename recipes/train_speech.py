@@ -1,0 +1,262 @@
+"""Train a Conformer CTC recognizer of spoken digit strings (FSDD), evaluate, save and export it.
+
+    python -m recipes.train_speech --data-dir /path/holding/fsdd        # the full FSDD (3,000 recordings)
+    python -m recipes.train_speech                                      # the bundled 60-recording sample
+    python -m recipes.train_speech --tfds                               # TFDS spoken_digit (online)
+    python -m recipes.train_speech --epochs 1 --max-examples 64         # quick smoke run
+    kformer train speech --data-dir DATA                                # the same, through the CLI
+
+Utterances of 1-7 digits are built by joining recordings of one speaker
+with short seeded silences (`kformer.data.spoken_digits`): training ones
+from the official training recordings (indices 5-49, less a seeded 10 %
+kept for validation), test ones only from the official test recordings
+(indices 0-4), each used `--test-passes` times. The model is a
+`SpeechRecognizer` (Conformer encoder + CTC head over the digits) on 40
+log-mel features (`AudioPreprocessor`, SpecAugment on training batches),
+trained with AdamW and the CTC loss. It reports the digit error rate (edit
+distance / reference digits) and the utterance accuracy on the test
+utterances, and, as `ood_speaker_*`, on utterances of one speaker
+(`--ood-speaker`) from a second model trained without that speaker.
+
+Writes `<output-dir>/<preset>_fsdd/<version>/`: the TF Serving SavedModel
+(`speech_to_text`: WAV bytes in, `transcript` out), `model.keras`,
+`config.json`, `metrics.json`, the model card, curves, attention and
+spectrogram figures and the training logs.
+"""
+
+import time
+
+import keras
+import numpy as np
+
+from kformer import models
+from recipes import common, model_card, plots
+
+LIMITS = ["Digits 0-9 only, from 6 adult male speakers reading in quiet rooms (FSDD); other words, voices, "
+          "noise or far-field audio are out of domain.",
+          "Utterances are isolated recordings joined with short silences, not continuous speech: real digit "
+          "strings run words together (co-articulation) and will score worse.",
+          "Audio is resampled to 8 kHz: content above 4 kHz is discarded."]
+SPECTROGRAM = "spectrogram.png"
+
+
+def parse_args(argv=None):
+    p = common.make_parser(__doc__, builder="speech_recognizer", preset="conformer_speech_tiny", epochs=30,
+                           batch_size=32, learning_rate=2e-3, tfds=True)
+    p.add_argument("--train-utterances", type=common.positive_int, default=3000,
+                   help="training utterances built per run (each of 1-7 digits)")
+    p.add_argument("--test-passes", type=common.positive_int, default=3,
+                   help="times each test recording is used in the test utterances")
+    p.add_argument("--ood-speaker", default="theo",
+                   help="speaker held out of a second model's training, its utterances the ood_speaker_* "
+                        "figures; 'none' to skip that second training")
+    p.add_argument("--weight-decay", type=common.bounded(float, 0.0, 1.0), default=0.01)
+    args = common.parse_args(p, argv)
+    args.ood_speaker = None if args.ood_speaker.lower() == "none" else args.ood_speaker
+    return args
+
+
+def load(args, split, exclude_speakers=(), speakers=None):
+    from kformer.data import spoken_digits
+
+    try:
+        if args.tfds:
+            return spoken_digits.load_recordings_tfds(split, speakers=speakers, exclude_speakers=exclude_speakers)
+        return spoken_digits.load_recordings(split, args.data_dir, speakers=speakers,
+                                             exclude_speakers=exclude_speakers)
+    except ValueError as err:
+        common.fail(err)
+
+
+def split_validation(recordings, seed):
+    """Hold out a seeded 10 % (at least one) of the training recordings for validation utterances."""
+    order = np.random.default_rng(seed).permutation(len(recordings))
+    cut = max(1, len(recordings) // 10)
+    return [recordings[i] for i in sorted(order[cut:])], [recordings[i] for i in sorted(order[:cut])]
+
+
+def utterances(args, recordings, seed, count=None, passes=None):
+    from kformer.data import spoken_digits
+
+    audio, texts = spoken_digits.make_utterances(recordings, count=count, passes=passes, seed=seed)
+    limit = args.max_examples or len(texts)
+    return audio[:limit], texts[:limit]
+
+
+def splits(args):
+    """`(train recordings, validation recordings, (train, validation, test))`, each split `(audio, transcripts)`:
+    the recipe's utterances (`benchmarks/quality_vs_anchor.py` trains its anchor on the same)."""
+    train_recordings, val_recordings = split_validation(load(args, "train"), args.seed)
+    test_recordings = load(args, "test")
+    train_data = utterances(args, train_recordings, args.seed, count=args.train_utterances)
+    val_data = utterances(args, val_recordings, args.seed + 1, passes=1)
+    test_data = utterances(args, test_recordings, 0, passes=args.test_passes)  # the same whatever --seed
+    return train_recordings, val_recordings, (train_data, val_data, test_data)
+
+
+def edit_distance(reference, hypothesis):
+    """Levenshtein distance between two strings (substitutions, insertions, deletions)."""
+    row = list(range(len(hypothesis) + 1))
+    for i, r in enumerate(reference, 1):
+        previous, row[0] = row[0], i
+        for j, h in enumerate(hypothesis, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
+    return row[-1]
+
+
+def scores(model, audio, texts, prefix):
+    """`{prefix}digit_error_rate`, `{prefix}utterance_accuracy` of `model.transcribe` on `(audio, texts)`."""
+    hypotheses = transcribe_sorted(model, audio)
+    errors = sum(edit_distance(r, h) for r, h in zip(texts, hypotheses))
+    return {f"{prefix}digit_error_rate": errors / sum(len(t) for t in texts),
+            f"{prefix}utterance_accuracy": float(np.mean([r == h for r, h in zip(texts, hypotheses)]))}, hypotheses
+
+
+def transcribe_sorted(model, audio, batch_size=32):
+    """`model.transcribe(audio)` with recordings of similar length batched together (less padding)."""
+    order = np.argsort([len(a) for a in audio])
+    out = [None] * len(audio)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        for i, text in zip(rows, model.transcribe([audio[i] for i in rows], batch_size=batch_size)):
+            out[i] = text
+    return out
+
+
+def train(args, name, work_dir, train_data, val_data, scope):
+    """Build, compile and fit a recognizer; returns `(model, seconds)`."""
+    from kformer.data.preprocessors import AudioPreprocessor
+
+    preset = models.get_preset(args.preset)
+    with scope:
+        model = models.build(args.preset, preprocessor=AudioPreprocessor(num_mel_bins=preset["num_features"]))
+    preprocessor = model.preprocessor
+    train_ds = preprocessor.dataset(train_data[0], model.encode_transcripts(train_data[1]),
+                                    batch_size=args.batch_size, shuffle=True, seed=args.seed, augment=True)
+    val_ds = preprocessor.dataset(val_data[0], model.encode_transcripts(val_data[1]), batch_size=args.batch_size)
+    steps = args.epochs * -(-len(train_data[1]) // args.batch_size)
+    with scope:
+        model.compile(models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay),
+                      jit_compile=args.jit_compile)
+    start = time.time()
+    common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
+    return model, time.time() - start
+
+
+def plot_spectrogram(model, audio, transcript):
+    """Log-mel features of one test utterance with the frames where the model emits each digit."""
+    from kformer.viz._common import pyplot
+
+    plt = pyplot()
+    inputs = model.preprocessor.encode([audio])
+    logits = model.predict_on_batch(inputs)
+    ids = keras.ops.convert_to_numpy(model.decode_ids(logits, inputs["padding_mask"]))[0]
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    ax.imshow(inputs["features"][0].T, origin="lower", aspect="auto", cmap="magma")
+    for frame in np.nonzero(ids)[0]:
+        x = frame * 4 + 3  # a subsampled frame sees input frames 4t .. 4t + 6
+        ax.axvline(x, color="cyan", linewidth=1)
+        ax.text(x, inputs["features"].shape[2] - 3, model.vocabulary[ids[frame] - 1], color="cyan", fontsize=12)
+    ax.set(xlabel="frame (10 ms)", ylabel="mel bin",
+           title=f"log-mel features of a test utterance: reference {transcript}, emitted digits in cyan")
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention(model, audio):
+    """Self-attention of the first Conformer block on one test utterance, one panel per head."""
+    from kformer.viz._common import pyplot
+
+    plt = pyplot()
+    inputs = model.preprocessor.encode([audio])
+    probabilities = keras.ops.convert_to_numpy(model.attention_probabilities(inputs))[0]
+    frames = int(keras.ops.convert_to_numpy(model.output_padding_mask(inputs["padding_mask"]))[0].sum())
+    heads = probabilities.shape[0]
+    fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 3.4), squeeze=False)
+    for head, ax in enumerate(axes[0]):
+        ax.imshow(probabilities[head, :frames, :frames], cmap="viridis")
+        ax.set(title=f"head {head}", xlabel="key frame (40 ms)", ylabel="query frame" if head == 0 else None)
+    fig.suptitle("Conformer block 0 self-attention on a test utterance")
+    fig.tight_layout()
+    return fig
+
+
+def version_writer(model, args, *, name, config, metrics, card, log, example):
+    """`common.version_writer`'s files plus `spectrogram.png` (shown on the model card)."""
+    def write(tmp_dir):
+        if not args.no_export:
+            from kformer import export
+
+            export.save_for_serving(model, tmp_dir, model_name=name)
+        model.save(tmp_dir / "model.keras")
+        common.write_json(tmp_dir / "config.json", config)
+        common.write_json(tmp_dir / "metrics.json", metrics)
+        figures = {}
+        if not args.no_plots:
+            figures = plots.write(tmp_dir, log=log, attention=lambda: plot_attention(model, example[0]))
+            if _has_matplotlib() and plots._save(lambda: plot_spectrogram(model, *example), tmp_dir / SPECTROGRAM):
+                figures[SPECTROGRAM] = "log-mel features of a test utterance and where each digit is emitted"
+        model_card.write_for_run(tmp_dir, model=model, name=name, args=args, config=config, metrics=metrics,
+                                 figures=figures, **card)
+    return write
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@common.entry_point
+def main(argv=None):
+    args = parse_args(argv)
+    scope = common.setup(args)
+    name = f"{args.preset}_fsdd"
+    work_dir = common.training_dir(args, name)
+    train_recordings, val_recordings, (train_data, val_data, test_data) = splits(args)
+    print(f"utterances: {len(train_data[1])} train, {len(val_data[1])} validation, {len(test_data[1])} test "
+          f"({sum(map(len, test_data[1]))} digits)", flush=True)
+    model, seconds = train(args, name, work_dir, train_data, val_data, scope)
+    metrics, hypotheses = scores(model, *test_data, "test_")
+    metrics.update({"test_examples": len(test_data[1]), "test_digit_examples": sum(map(len, test_data[1])),
+                    "train_examples": len(train_data[1]), "validation_examples": len(val_data[1]),
+                    "epochs": args.epochs, "train_seconds": round(seconds, 1), "backend": keras.backend.backend()})
+    ood = {}
+    if args.ood_speaker:
+        held_out = [r for r in train_recordings + val_recordings if r.speaker != args.ood_speaker]
+        if len(held_out) == len(train_recordings) + len(val_recordings):
+            common.fail(f"--ood-speaker {args.ood_speaker!r} has no recordings here; pass a speaker of the data "
+                        "set or 'none'")
+        ood_train, ood_val = split_validation(held_out, args.seed)
+        ood_test = utterances(args, load(args, "all", speakers=[args.ood_speaker]), 0, passes=1)
+        print(f"held-out speaker {args.ood_speaker}: training a second model without it", flush=True)
+        ood_model, ood_seconds = train(args, name, work_dir / "held_out_speaker",
+                                       utterances(args, ood_train, args.seed, count=args.train_utterances),
+                                       utterances(args, ood_val, args.seed + 1, passes=1), scope)
+        ood_scores, _ = scores(ood_model, *ood_test, "ood_speaker_")
+        metrics.update({**ood_scores, "held_out_speaker_examples": len(ood_test[1]),
+                        "held_out_model_train_seconds": round(ood_seconds, 1)})
+        what = (f"utterances of speaker {args.ood_speaker} (all of their recordings, each used once) from a "
+                f"second model trained the same way without that speaker")
+        ood = {f"ood_speaker_{k}": what for k in ("digit_error_rate", "utterance_accuracy")}
+    metrics["samples"] = [{"reference": r, "transcript": h} for r, h in list(zip(test_data[1], hypotheses))[:8]]
+    config = {"preset": args.preset, **models.get_preset(args.preset), "vocabulary": model.vocabulary,
+              "preprocessor": model.preprocessor.get_config(), "dataset": "fsdd", "ood_speaker": args.ood_speaker}
+    card = dict(recipe="train_speech", dataset="fsdd", limits=LIMITS, ood=ood)
+    example = (test_data[0][0], test_data[1][0])
+    run_dir = common.finish(args, name, work_dir, version_writer(
+        model, args, name=name, config=config, metrics=metrics, card=card, log=work_dir / "training_log.csv",
+        example=example))
+    print(f"test digit error rate {metrics['test_digit_error_rate']:.4f}, utterance accuracy "
+          f"{metrics['test_utterance_accuracy']:.4f} on {len(test_data[1])} utterances")
+    if args.ood_speaker:
+        print(f"held-out speaker {args.ood_speaker}: digit error rate {metrics['ood_speaker_digit_error_rate']:.4f}, "
+              f"utterance accuracy {metrics['ood_speaker_utterance_accuracy']:.4f}")
+    print(f"saved: {run_dir}")
+    return run_dir
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""AudioPreprocessor: any input kind and sample rate -> the same log-mel features; SpecAugment; clear errors."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kformer.data import spoken_digits
+from kformer.data.preprocessors import AudioPreprocessor
+from kformer.data.preprocessors.audio import resample, spec_augment
+
+pytestmark = pytest.mark.tf_only  # TensorFlow ops on every backend: checked once
+RECORDING = spoken_digits.BUNDLED_DATA_DIR / "fsdd" / "recordings" / "7_jackson_0.wav"
+
+
+def tone(seconds, rate, hertz=440.0):
+    return (0.5 * np.sin(2 * np.pi * hertz * np.arange(int(seconds * rate)) / rate)).astype("float32")
+
+
+def test_shapes_and_padding_masks():
+    preprocessor = AudioPreprocessor()  # 8 kHz: frames of 200 samples every 80
+    out = preprocessor.encode([tone(1.0, 8000), tone(0.5, 8000)])
+    assert out["features"].shape == (2, 98, 40) and out["features"].dtype == np.float32
+    assert out["padding_mask"].dtype == bool
+    assert out["padding_mask"].sum(axis=1).tolist() == [98, (4000 - 200) // 80 + 1]
+    assert not out["features"][1, 48:].any()  # padding frames are zeros
+    assert abs(out["features"][0].mean()) < 1e-3  # normalized per recording
+    short = preprocessor.encode([tone(0.01, 8000)])  # padded with silence to 7 frames
+    assert short["padding_mask"].sum() == 7 and np.isfinite(short["features"]).all()
+
+
+def test_every_input_kind_gives_the_same_features():
+    preprocessor = AudioPreprocessor()
+    wav = RECORDING.read_bytes()
+    waveform = spoken_digits.read_wav(RECORDING)
+    int16 = np.round(waveform * 32768).astype(np.int16)
+    out = preprocessor.encode([str(RECORDING), wav, waveform, (waveform, 8000), int16])
+    for i in range(1, 5):
+        np.testing.assert_allclose(out["features"][i], out["features"][0], atol=1e-4)
+    assert preprocessor.encode(tf.constant([wav]))["features"].shape == out["features"][:1].shape
+
+
+@pytest.mark.parametrize("rate", [16000, 44100, 11025, 4000])
+def test_any_sample_rate_is_resampled(rate):
+    resampled = resample(tf.constant(tone(1.0, rate)), rate, 8000).numpy()
+    assert resampled.shape == (8000,)
+    np.testing.assert_allclose(resampled[200:-200], tone(1.0, 8000)[200:-200], atol=0.05)  # linear interpolation
+    from scipy.signal import resample_poly  # an independent resampler makes the recording at `rate`
+
+    speech = spoken_digits.read_wav(RECORDING)
+    other = np.clip(resample_poly(speech, rate, 8000), -1, 1).astype("float32")
+    out = AudioPreprocessor().encode([(other, rate), speech])
+    lengths = out["padding_mask"].sum(axis=1)
+    assert abs(int(lengths[0]) - int(lengths[1])) <= 1
+    frames = int(lengths.min())
+    a, b = out["features"][0, 2:frames - 2], out["features"][1, 2:frames - 2]
+    if rate < 8000:  # what 4 kHz audio holds: the mel bins below 2 kHz
+        a, b = a[:, :24], b[:, :24]
+    assert np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.9
+
+
+def test_downsampling_filters_out_what_the_new_rate_cannot_hold():
+    high = tone(1.0, 16000, hertz=6000.0)  # above 4 kHz, the Nyquist frequency of 8 kHz
+    resampled = resample(tf.constant(high), 16000, 8000).numpy()
+    assert np.abs(resampled[200:-200]).max() < 0.05  # not folded back to 2 kHz
+
+
+def test_spec_augment_masks_training_batches_only():
+    preprocessor = AudioPreprocessor()
+    audio = [tone(1.0, 8000, 300.0 + 100 * i) + 0.01 * np.random.default_rng(i).normal(size=8000).astype("float32")
+             for i in range(4)]
+    labels = np.array([[1, 2], [3, 0], [4, 4], [5, 0]], "int32")
+    plain = next(iter(preprocessor.dataset(audio, labels, batch_size=4, pad_to_multiple=16)))
+    augmented = next(iter(preprocessor.dataset(audio, labels, batch_size=4, augment=True, seed=3)))
+    encoded = preprocessor.encode(audio)
+    assert plain[0]["features"].shape == (4, 112, 40)  # 98 frames padded to a multiple of 16
+    np.testing.assert_allclose(plain[0]["features"][:, :98], encoded["features"], atol=1e-5)
+    np.testing.assert_array_equal(plain[1], labels)
+    np.testing.assert_array_equal(augmented[0]["padding_mask"][:, :98], encoded["padding_mask"])
+    zeros = (augmented[0]["features"].numpy()[:, :98] == 0)
+    assert zeros.any() and not (plain[0]["features"].numpy()[:, :98] == 0).any()
+    bands = zeros.all(axis=1).sum() + zeros.all(axis=2).sum()  # masked mel bins and frames
+    assert bands > 0
+    inputs = {"features": tf.ones((2, 50, 40)), "padding_mask": tf.ones((2, 50), tf.bool)}
+    seed = tf.constant([7, 8], tf.int64)
+    np.testing.assert_array_equal(spec_augment(inputs, seed)["features"], spec_augment(inputs, seed)["features"])
+
+
+def test_config_round_trip():
+    preprocessor = AudioPreprocessor(sample_rate=16000, num_mel_bins=24, frame_step_ms=20.0)
+    config = json.loads(json.dumps(keras.saving.serialize_keras_object(preprocessor)))
+    again = keras.saving.deserialize_keras_object(config)
+    assert again.get_config() == preprocessor.get_config()
+    out = again.encode([tone(1.0, 16000)])
+    assert out["features"].shape == (1, 49, 24)
+
+
+@pytest.mark.parametrize("audio, message", [
+    ([np.zeros(100, "int32")], r"`audio\[0\]` must hold float samples in \[-1, 1\] or int16"),
+    ([np.zeros(0, "float32")], r"`audio\[0\]` is empty"),
+    ([tone(0.1, 8000), b"RIFF0000WAVEjunk"], r"`audio\[1\]` is not a readable PCM WAV"),
+    ([b"not a wav file"], r"`audio\[0\]` is not a WAV file"),
+    ([np.full(100, 3.0, "float32")], r"in \[-1, 1\].*peak of 3"),
+    ([np.array([0.1, np.nan], "float32")], r"finite samples"),
+    (["no/such/file.wav"], r"not a WAV file's path"),
+    ([(tone(0.1, 8000), 0)], r"positive int rate"),
+    ([np.zeros((2, 2, 2), "float32")], r"1-D waveform"),
+    ([], r"non-empty list"),
+])
+def test_bad_audio_gets_a_clear_error(audio, message):
+    with pytest.raises(ValueError, match=message):
+        AudioPreprocessor().encode(audio)
+
+
+def test_empty_wav_and_bad_arguments():
+    empty = tf.audio.encode_wav(np.zeros((0, 1), "float32"), 8000).numpy()
+    with pytest.raises(ValueError, match=r"holds no audio"):
+        AudioPreprocessor().encode([empty])
+    with pytest.raises(ValueError, match=r"`num_mel_bins` must be a positive int. Received: num_mel_bins=0"):
+        AudioPreprocessor(num_mel_bins=0)
+    with pytest.raises(ValueError, match=r"`frame_step_ms` must not exceed"):
+        AudioPreprocessor(frame_length_ms=10, frame_step_ms=20)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="empty"):  # the served graph refuses it too
+        AudioPreprocessor().inputs(tf.constant([empty]))
