@@ -31,6 +31,8 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs: Passed to `keras.layers.Layer`.
     """
 
+    causal_routing = False  # mixture-of-experts slots in sequence order (`MixtureOfExperts(causal=)`)
+
     def __init__(
         self,
         num_heads,
@@ -116,6 +118,7 @@ class TransformerBlock(keras.layers.Layer):
                 activation=self.activation,
                 aux_loss_weight=self.aux_loss_weight,
                 kernel_initializer=clone_initializer(self.kernel_initializer),
+                causal=self.causal_routing,
                 dtype=self.dtype_policy,
                 name="mixture_of_experts",
             )

@@ -72,6 +72,8 @@ class TransformerDecoderBlock(TransformerBlock):
     (2, 1, 8)
     """
 
+    causal_routing = True  # a token's expert slot never depends on later tokens
+
     def __init__(self, num_heads, intermediate_dim, attention_window=None, attention_scale=None, use_qkv_bias=True,
                  **kwargs):
         super().__init__(num_heads, intermediate_dim, **kwargs)

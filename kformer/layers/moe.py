@@ -15,7 +15,9 @@ class MixtureOfExperts(keras.layers.Layer):
 
     A float32 router picks the experts; each sequence is a routing group and
     each expert takes at most `capacity = ceil(capacity_factor * top_k * seq /
-    num_experts)` tokens of it (first choices first, as in GShard); tokens over
+    num_experts)` tokens of it (first choices first, as in GShard; with
+    `causal=True`, in sequence order, so that whether a token is kept depends
+    only on it and the tokens before it, as a decoder needs); tokens over
     capacity get a zero output, so the residual passes them through (Switch
     Transformer, Fedus et al. 2021). The load-balancing loss
     `num_experts * sum_e f_e * P_e` (f: fraction of tokens whose first choice
@@ -35,6 +37,9 @@ class MixtureOfExperts(keras.layers.Layer):
         dropout: float. Dropout on expert hidden activations. Defaults to `0.0`.
         aux_loss_weight: float. Weight of the balancing loss. Defaults to `0.01`.
         kernel_initializer: Defaults to `"glorot_uniform"`.
+        causal: bool. Fill expert slots in sequence order (token by token,
+            each token's choices in rank order) instead of all first choices
+            first. Decoder blocks set it. Defaults to `False`.
         **kwargs: Passed to `keras.layers.Layer`.
 
     Call arguments:
@@ -64,10 +69,14 @@ class MixtureOfExperts(keras.layers.Layer):
         dropout=0.0,
         aux_loss_weight=0.01,
         kernel_initializer="glorot_uniform",
+        causal=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_positive_ints(num_experts=num_experts, intermediate_dim=intermediate_dim)
+        if not isinstance(causal, bool):
+            raise ValueError(f"`causal` must be a bool. Received: causal={causal!r}")
+        self.causal = causal
         check_rates(dropout=dropout)
         if not isinstance(top_k, int) or not 1 <= top_k <= num_experts:
             raise ValueError(
@@ -142,10 +151,13 @@ class MixtureOfExperts(keras.layers.Layer):
         choice = ops.one_hot(index, experts, dtype="float32")  # (batch, seq, k, experts)
         if padding_mask is not None:
             choice = choice * ops.cast(padding_mask, "float32")[:, :, None, None]
-        # Slots fill with every token's first choice, then second choices, ...
-        by_rank = ops.reshape(ops.transpose(choice, (0, 2, 1, 3)), (-1, k * seq, experts))
-        position = ops.cumsum(by_rank, axis=1) - 1.0  # (batch, k * seq, experts)
-        position = ops.transpose(ops.reshape(position, (-1, k, seq, experts)), (0, 2, 1, 3))
+        if self.causal:  # slots fill token by token: a token's slot never depends on later tokens
+            position = ops.cumsum(ops.reshape(choice, (-1, seq * k, experts)), axis=1) - 1.0
+            position = ops.reshape(position, (-1, seq, k, experts))
+        else:  # every token's first choice, then second choices, ... (GShard)
+            by_rank = ops.reshape(ops.transpose(choice, (0, 2, 1, 3)), (-1, k * seq, experts))
+            position = ops.cumsum(by_rank, axis=1) - 1.0  # (batch, k * seq, experts)
+            position = ops.transpose(ops.reshape(position, (-1, k, seq, experts)), (0, 2, 1, 3))
         capacity = self.capacity(seq)
         kept = choice * ops.cast(position < ops.cast(capacity, "float32"), "float32")
         slots = ops.cast(ops.arange(capacity), "float32")
@@ -230,4 +242,5 @@ class MixtureOfExperts(keras.layers.Layer):
             "dropout": self.dropout,
             "aux_loss_weight": self.aux_loss_weight,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "causal": self.causal,
         }

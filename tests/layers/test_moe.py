@@ -88,3 +88,30 @@ def test_padded_tokens_are_not_routed():
 def test_moe_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MixtureOfExperts(**kwargs)
+
+
+def test_causal_routing_never_lets_a_later_token_change_an_earlier_output():
+    # Small capacity, so that tokens are dropped; a change at position 4 may only change positions >= 4.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 12, 8)).astype("float32")
+    changed = x.copy()
+    changed[:, 4:] = rng.normal(size=(3, 8, 8))
+    causal = MixtureOfExperts(4, 16, top_k=2, capacity_factor=0.5, causal=True)
+    before, after = to_numpy(causal(x)), to_numpy(causal(changed))
+    np.testing.assert_allclose(after[:, :4], before[:, :4], atol=1e-6)
+    # GShard's order (first choices first) is not causal: a later first choice can take an earlier token's slot
+    by_rank = MixtureOfExperts(4, 16, top_k=2, capacity_factor=0.5)
+    by_rank.build(x.shape)
+    for weights_from, weights_to in zip(causal.weights, by_rank.weights):
+        weights_to.assign(weights_from)
+    assert not np.allclose(to_numpy(by_rank(changed))[:, :4], to_numpy(by_rank(x))[:, :4], atol=1e-6)
+    assert MixtureOfExperts.from_config(causal.get_config()).causal
+
+
+def test_decoder_blocks_route_causally_and_encoder_blocks_do_not():
+    from kformer.blocks import TransformerDecoderBlock, TransformerEncoderBlock
+
+    decoder = TransformerDecoderBlock(2, 16, num_experts=4, top_k=2)
+    encoder = TransformerEncoderBlock(2, 16, num_experts=4, top_k=2)
+    decoder(X), encoder(X)
+    assert decoder.feed_forward.causal and not encoder.feed_forward.causal

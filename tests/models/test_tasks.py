@@ -13,7 +13,7 @@ from kformer.data import imdb
 from kformer.data.preprocessors import (BertPreprocessor, ImageClassifierPreprocessor,
                                         TextClassifierPreprocessor, TranslatorPreprocessor)
 from kformer.data.wordpiece import WordPieceTokenizer
-from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES
+from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXTS = ["A wonderful, moving film.", "Dull and far too long.", "", "The [MASK] was [MASK]."]
@@ -109,7 +109,8 @@ def test_translator_translates_strings_and_reloads(tokenizer, tmp_path):
     source = model.preprocessor.encode(["How are you?"])["encoder_token_ids"]
     ids = model.generate(source, max_length=6, start_token_id=model.preprocessor.start_token_id,
                          end_token_id=model.preprocessor.end_token_id,
-                         max_word_pieces=TRANSLATE_MAX_WORD_PIECES)  # translate's default guard
+                         max_word_pieces=TRANSLATE_MAX_WORD_PIECES,
+                         no_repeat_ngram_size=TRANSLATE_NO_REPEAT_NGRAM_SIZE)  # translate's default guards
     assert model.preprocessor.detokenize(ids) == greedy[:1]
     model.save(tmp_path / "translator.keras")
     loaded = models.load(tmp_path / "translator.keras")
