@@ -5,7 +5,9 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import tempfile
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Compile time is most of the JAX suite (and of TensorFlow's XLA decoding loops), so the tests
@@ -104,6 +106,21 @@ def pytest_runtest_teardown(item, nextitem):
 def _collect_and_freeze():
     gc.collect()  # garbage first: frozen objects are never collected
     gc.freeze()
+
+
+SIGINT_AT_START = signal.getsignal(signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_unchanged(request):
+    """A test (or its fixtures) that leaves Ctrl-C ignored in this worker would make every later subprocess ignore
+    it too (an ignored SIGINT is inherited): the Ctrl-C tests of the CLI, the demo and the recipes then time out,
+    as they once did in CI. Put it back and say which test did it."""
+    yield
+    now = signal.getsignal(signal.SIGINT)
+    if now is not SIGINT_AT_START:
+        signal.signal(signal.SIGINT, SIGINT_AT_START)
+        warnings.warn(f"{request.node.nodeid} left SIGINT set to {now!r}; restored", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)
