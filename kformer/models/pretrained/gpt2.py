@@ -87,17 +87,18 @@ def table(model, prefix="transformer."):
     return entries
 
 
-def _check_tensors(weights, entries, prefix):
-    """A saved `lm_head.weight` must equal the token table (tied); an unknown tensor is refused."""
+def _check_tensors(weights, entries, prefix, family="GPT-2", buffers=BUFFERS):
+    """A saved `lm_head.weight` must equal the token table (tied); an unknown tensor (not one of the
+    `buffers`) is refused, naming the `family`."""
     used = {entry.name for entry in entries}
     if "lm_head.weight" in weights:  # saved tied: must equal the token table
         if not np.array_equal(weights["lm_head.weight"], weights.get(prefix + "wte.weight")):
             raise ValueError("model.safetensors: tensor 'lm_head.weight' differs from 'transformer.wte.weight', but "
                              "config.json's `tie_word_embeddings` is true; kformer ties them.")
         used.add("lm_head.weight")
-    unknown = sorted(k for k in weights if k not in used and not k.endswith(BUFFERS))
+    unknown = sorted(k for k in weights if k not in used and not k.endswith(buffers))
     if unknown:
-        raise ValueError(f"model.safetensors holds tensors a GPT-2 `CausalLM` has no place for: {unknown[:5]} "
+        raise ValueError(f"model.safetensors holds tensors a {family} `CausalLM` has no place for: {unknown[:5]} "
                          f"({len(unknown)} in all); the checkpoint was not loaded.")
 
 
@@ -116,13 +117,20 @@ def load(folder, config, task=None, **kwargs):
     Returns:
         `CausalLM` whose logits equal `GPT2LMHeadModel`'s.
     """
+    return load_causal_lm(folder, config, task, kwargs, family="GPT-2", model_arguments=model_arguments,
+                          table=table, buffers=BUFFERS)
+
+
+def load_causal_lm(folder, config, task, kwargs, *, family, model_arguments, table, buffers):
+    """GPT-2's and GPT-Neo's `load`: check the task and options, build the `CausalLM` from
+    `model_arguments(config)`, and assign the weights by `table` (every shape checked first)."""
     folder = pathlib.Path(folder)
     if task not in TASKS:
-        raise ValueError(f"GPT-2 checkpoints load as one task (a causal LM). Received: task={task!r}; expected one "
-                         f"of {list(TASKS)}.")
+        raise ValueError(f"{family} checkpoints load as one task (a causal LM). Received: task={task!r}; expected "
+                         f"one of {list(TASKS)}.")
     unknown = sorted(set(kwargs) - set(OPTIONS))
     if unknown:
-        raise ValueError(f"Unknown GPT-2 `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
+        raise ValueError(f"Unknown {family} `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
     args = model_arguments(config)
     weights = read_weights(folder)
     preprocessor = kwargs.pop("preprocessor", None)
@@ -133,7 +141,7 @@ def load(folder, config, task=None, **kwargs):
     prefix = "transformer." if "transformer.wte.weight" in weights else ""
     entries = table(model, prefix)
     pairs = to_kformer(weights, entries)  # every tensor's shape checked before any assignment
-    _check_tensors(weights, entries, prefix)
+    _check_tensors(weights, entries, prefix, family, buffers)
     assign_all(pairs)
     return model
 
@@ -176,26 +184,40 @@ def save(task, folder, overwrite=False):
                      "GPT-2 attends every earlier position with scores scaled by 1 / sqrt(head_dim)")
     if not task.tie_output_embedding:
         raise refuse(task, "tie_output_embedding", False, "GPT-2 ties the output projection to `wte`")
-    names = {kformer: hf for hf, kformer in ACTIVATIONS.items() if hf != "gelu_pytorch_tanh"}
-    if not isinstance(task.activation, str) or task.activation not in names:
-        raise refuse(task, "activation", task.activation, f"GPT-2 computes one of {sorted(names)}")
+    activation = _activation_name(task, "GPT-2")
     files = _tokenizer_files(task, task.preprocessor)
-    end = None
-    if task.preprocessor is not None:
-        try:
-            end = int(task.preprocessor.end_token_id)
-        except (KeyError, ValueError, TypeError):  # a vocabulary without <|endoftext|>
-            end = None
+    end = _end_token_id(task.preprocessor)
     config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": task.vocabulary_size,
               "n_positions": task.sequence_length, "n_embd": task.hidden_dim, "n_layer": task.num_layers,
               "n_head": task.num_heads, "n_inner": task.intermediate_dim,
-              "layer_norm_epsilon": float(task.layer_norm_epsilon), "activation_function": names[task.activation],
+              "layer_norm_epsilon": float(task.layer_norm_epsilon), "activation_function": activation,
               "resid_pdrop": float(task.dropout), "embd_pdrop": float(task.dropout), "attn_pdrop": 0.0,
               "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
               "tie_word_embeddings": True, "add_cross_attention": False, "initializer_range": 0.02,
               "bos_token_id": end, "eos_token_id": end, "dtype": "float32"}
     files.update({"config.json": write_json(config), "model.safetensors": to_hf(table(task))})
     return write_folder(folder, files, overwrite)
+
+
+def _activation_name(task, family):
+    """config.json's `activation_function` for `task.activation`; a refusal naming `family` otherwise."""
+    from kformer.models.pretrained.common import refuse
+
+    names = {kformer: hf for hf, kformer in ACTIVATIONS.items() if hf != "gelu_pytorch_tanh"}
+    if not isinstance(task.activation, str) or task.activation not in names:
+        raise refuse(task, "activation", task.activation, f"{family} computes one of {sorted(names)}")
+    return names[task.activation]
+
+
+def _end_token_id(preprocessor):
+    """The preprocessor's end-of-text id for config.json, or None (no preprocessor, or a vocabulary
+    without <|endoftext|>)."""
+    if preprocessor is None:
+        return None
+    try:
+        return int(preprocessor.end_token_id)
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def _tokenizer_files(task, preprocessor):

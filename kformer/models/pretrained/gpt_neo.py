@@ -17,13 +17,9 @@ weight is read or assigned. As for GPT-2, kformer keeps id 0 for padding, so `ge
 produces id 0 and a prompt must not contain it (the logits are unaffected).
 """
 
-import pathlib
-
-import numpy as np
-
-from kformer.models.gpt import CausalLM
-from kformer.models.pretrained.common import LINEAR, Entry, assign_all, field, linear, norm, read_weights, to_kformer
-from kformer.models.pretrained.gpt2 import ACTIVATIONS, OPTIONS, TASKS, _default_preprocessor, _tokenizer_files
+from kformer.models.pretrained.common import LINEAR, Entry, field, linear, norm
+from kformer.models.pretrained.gpt2 import (ACTIVATIONS, _activation_name, _end_token_id, _tokenizer_files,
+                                            load_causal_lm)
 
 # The causal-mask buffers some checkpoints hold (`attn.attention.bias`, `attn.attention.masked_bias`): not weights.
 BUFFERS = (".attn.attention.bias", ".attn.attention.masked_bias")
@@ -91,20 +87,6 @@ def table(model, prefix="transformer."):
     return entries
 
 
-def _check_tensors(weights, entries, prefix):
-    """A saved `lm_head.weight` must equal the token table (tied); an unknown tensor is refused."""
-    used = {entry.name for entry in entries}
-    if "lm_head.weight" in weights:
-        if not np.array_equal(weights["lm_head.weight"], weights.get(prefix + "wte.weight")):
-            raise ValueError("model.safetensors: tensor 'lm_head.weight' differs from 'transformer.wte.weight', but "
-                             "config.json's `tie_word_embeddings` is true; kformer ties them.")
-        used.add("lm_head.weight")
-    unknown = sorted(k for k in weights if k not in used and not k.endswith(BUFFERS))
-    if unknown:
-        raise ValueError(f"model.safetensors holds tensors a GPT-Neo `CausalLM` has no place for: {unknown[:5]} "
-                         f"({len(unknown)} in all); the checkpoint was not loaded.")
-
-
 def load(folder, config, task=None, **kwargs):
     """A GPT-Neo checkpoint folder -> `CausalLM` with the checkpoint's weights and, when the folder holds
     `vocab.json` and `merges.txt` (GPT-2's tokenizer), a `kformer.data.bpe.GPT2CausalLMPreprocessor`.
@@ -120,26 +102,8 @@ def load(folder, config, task=None, **kwargs):
     Returns:
         `CausalLM` whose logits equal `GPTNeoForCausalLM`'s.
     """
-    folder = pathlib.Path(folder)
-    if task not in TASKS:
-        raise ValueError(f"GPT-Neo checkpoints load as one task (a causal LM). Received: task={task!r}; expected "
-                         f"one of {list(TASKS)}.")
-    unknown = sorted(set(kwargs) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"Unknown GPT-Neo `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
-    args = model_arguments(config)
-    weights = read_weights(folder)
-    preprocessor = kwargs.pop("preprocessor", None)
-    if preprocessor is None:
-        preprocessor = _default_preprocessor(folder, config, args["sequence_length"])
-    args.update(kwargs)
-    model = CausalLM(**args, preprocessor=preprocessor or None)
-    prefix = "transformer." if "transformer.wte.weight" in weights else ""
-    entries = table(model, prefix)
-    pairs = to_kformer(weights, entries)  # every tensor's shape checked before any assignment
-    _check_tensors(weights, entries, prefix)
-    assign_all(pairs)
-    return model
+    return load_causal_lm(folder, config, task, kwargs, family="GPT-Neo", model_arguments=model_arguments,
+                          table=table, buffers=BUFFERS)
 
 
 def save(task, folder, overwrite=False):
@@ -168,25 +132,18 @@ def save(task, folder, overwrite=False):
         raise refuse(task, "tie_output_embedding", False, "GPT-Neo ties the output projection to `wte`")
     if any(getattr(block, "num_experts", 0) for block in task.decoder_blocks):
         raise refuse(task, "num_experts", task.decoder_blocks[0].num_experts, "GPT-Neo has one MLP a block")
-    names = {kformer: hf for hf, kformer in ACTIVATIONS.items() if hf != "gelu_pytorch_tanh"}
-    if not isinstance(task.activation, str) or task.activation not in names:
-        raise refuse(task, "activation", task.activation, f"GPT-Neo computes one of {sorted(names)}")
+    activation = _activation_name(task, "GPT-Neo")
     windows = [block.attention_window for block in task.decoder_blocks]
     if len({w for w in windows if w is not None}) > 1:
         raise refuse(task, "attention_window", windows, "GPT-Neo's local layers share one window")
     files = _tokenizer_files(task, task.preprocessor)
-    end = None
-    if task.preprocessor is not None:
-        try:
-            end = int(task.preprocessor.end_token_id)
-        except (KeyError, ValueError, TypeError):
-            end = None
+    end = _end_token_id(task.preprocessor)
     config = {"model_type": "gpt_neo", "architectures": ["GPTNeoForCausalLM"], "vocab_size": task.vocabulary_size,
               "max_position_embeddings": task.sequence_length, "hidden_size": task.hidden_dim,
               "num_layers": task.num_layers, "num_heads": task.num_heads, "intermediate_size": task.intermediate_dim,
               "window_size": task.attention_window or 256,
               "attention_types": [[["global" if w is None else "local"], 1] for w in windows],
-              "layer_norm_epsilon": float(task.layer_norm_epsilon), "activation_function": names[task.activation],
+              "layer_norm_epsilon": float(task.layer_norm_epsilon), "activation_function": activation,
               "resid_dropout": float(task.dropout), "embed_dropout": float(task.dropout), "attention_dropout": 0.0,
               "tie_word_embeddings": True, "initializer_range": 0.02, "bos_token_id": end, "eos_token_id": end,
               "dtype": "float32"}
