@@ -180,3 +180,10 @@ def assert_figures(folder, names=("curves.png", "attention.png"), min_pixels=(15
             name, image.shape)
         assert float(image[..., :3].std()) > 0.02, f"{name} is blank"
         assert f"]({name})" in card, f"the model card does not show {name}"
+
+
+def repeated_trigrams(text):
+    """The word 3-grams that occur more than once in `text` (a translation that loops has some)."""
+    words = text.split()
+    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    return sorted({g for g in grams if grams.count(g) > 1})

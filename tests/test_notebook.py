@@ -7,18 +7,13 @@ import re
 
 import pytest
 
+from tests.helpers import repeated_trigrams
+
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 # The translator's validation loss (label-smoothed cross-entropy) after one epoch over the 20,000 bundled pairs:
 # 5.02 with the notebook's settings (TensorFlow, seed 0; 3.68 after its ten epochs); uniform guessing over the
 # 4,000-piece vocabulary would score ln(4000) = 8.3.
 VAL_LOSS_AFTER_ONE_EPOCH = 5.5
-
-
-def repeated_trigrams(text):
-    """The word 3-grams that occur more than once in `text`."""
-    words = text.split()
-    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
-    return sorted({g for g in grams if grams.count(g) > 1})
 
 
 def test_notebook_is_committed_without_outputs():

@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from tests.helpers import repeated_trigrams
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 # Label-smoothed cross-entropy on the 500 bundled validation pairs after one epoch over the 20,000 bundled
 # training pairs with the five lines' settings: 5.21 (torch; 4.34 after the README's three epochs, TensorFlow);
@@ -19,13 +21,6 @@ def five_lines():
     readme = README.read_text(encoding="utf-8")
     section = readme[readme.index("## Five lines"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-def repeated_trigrams(text):
-    """The word 3-grams that occur more than once in `text`."""
-    words = text.split()
-    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
-    return sorted({g for g in grams if grams.count(g) > 1})
 
 
 def test_the_five_lines_are_five_lines_that_train_and_translate():
