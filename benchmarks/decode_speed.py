@@ -26,17 +26,26 @@ torch):
   the whole output buffer every step;
 - keras-hub: `TokenAndPositionEmbedding` + `TransformerEncoder` /
   `TransformerDecoder` with their caches, decoded by `keras_hub.samplers.GreedySampler`.
+
+Appends one row per backend, batch, length and implementation to
+benchmarks/results/decode_speed.csv (`--results`), each with the command, commit,
+date, machine and backend.
 """
 
 import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import provenance  # noqa: E402
+
 SIZES = dict(vocab=8000, hidden=256, heads=4, ff=1024, layers=2, source=32, positions=256)
 IMPLS = ("kformer_cache", "kformer_no_cache", "keras_hub")
+HEADER = ["family", "batch", "new_tokens", "impl", "tokens_per_s", "repeats", "error"]
 
 
 def kformer_runner(n):
@@ -223,6 +232,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--family", choices=sorted(RUNNERS), default="translator",
                         help="encoder-decoder translator or decoder-only causal LM")
+    parser.add_argument("--results", type=pathlib.Path, default=provenance.results_file("decode_speed.csv"),
+                        help="the CSV the rows are appended to")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.backends = args.backends.split(",")
@@ -254,6 +265,12 @@ def main(argv=None):
     print(f"{args.family}: median of {args.repeats} calls after a compiling warm-up call "
           "(kformer-cache and keras-hub calls alternating)")
     print(table(results))
+    for res in results:
+        provenance.write_csv(args.results, HEADER, [
+            (res["family"], r["batch"], r["n"], r["impl"],
+             f"{r['tokens_per_s']:.1f}" if "tokens_per_s" in r else "", args.repeats, r.get("error", ""))
+            for r in res["rows"]], backend=res["backend"], append=True)
+    print(f"appended {sum(len(res['rows']) for res in results)} rows to {args.results}")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,23 @@ malloc as the recipes do (`--malloc keep`: `kformer.runtime.keep_freed_memory`,
 no page faults on each step's large buffers) or leaves it (`default`), and on
 JAX draws random bits as the recipes do (`kformer.runtime.faster_jax_random`;
 `JAX_THREEFRY_PARTITIONABLE=1` in the environment keeps JAX's default).
+
+Appends one row per backend, malloc setting and config to
+benchmarks/results/encoder_throughput.csv (`--results`), each with the
+command, commit, date, machine and backend; a row measured with glibc's
+default malloc names it in its config (`medium, malloc default`).
 """
 
 import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import provenance  # noqa: E402
 
 CONFIGS = {
     "small": dict(vocab=20000, seq=200, dim=32, heads=2, ff=32, blocks=1, batch=32),
@@ -34,6 +43,8 @@ CONFIGS = {
 }
 IMPLS = ("kformer", "plain_keras", "keras_hub")
 MALLOC = ("keep", "default")  # glibc's malloc keeps freed memory (as the recipes run), or its defaults
+HEADER = ["config", "kformer_ex_s", "plain_keras_ex_s", "keras_hub_ex_s", "kformer_vs_plain", "kformer_vs_keras_hub",
+          "kformer_gflop_s", "matmul_peak_gflop_s"]
 
 
 def train_flops(c):
@@ -162,6 +173,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="steps dropped per round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
     add_malloc_flags(parser)
+    parser.add_argument("--results", type=pathlib.Path, default=provenance.results_file("encoder_throughput.csv"),
+                        help="the CSV the rows are appended to")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for flag, known in (("configs", CONFIGS), ("impls", IMPLS), ("backends", ("tensorflow", "jax", "torch")),
@@ -178,6 +191,23 @@ def main(argv=None):
     all_results = [run_worker([sys.executable, __file__, *argv, "--malloc-mode", malloc], backend)
                    for backend in args.backends for malloc in args.malloc]
     print(report(all_results, args))
+    for res in all_results:
+        provenance.write_csv(args.results, HEADER, csv_rows(res, args.configs), backend=res["backend"], append=True)
+    print(f"appended {len(all_results) * len(args.configs)} rows to {args.results}")
+
+
+def csv_rows(res, configs):
+    """One worker's result -> a row of `HEADER` per config (blank where an implementation was not run)."""
+    rows = []
+    for name in configs:
+        by_impl = {r["impl"]: r for r in res["rows"] if r["config"] == name}
+        k, p, h = (by_impl.get(i, {}).get("examples_per_s") for i in IMPLS)
+        flops = by_impl.get("kformer", {}).get("gflops")
+        rows.append((name if res["malloc"] == "keep" else f"{name}, malloc {res['malloc']}",
+                     *(f"{v:.1f}" if v else "" for v in (k, p, h)),
+                     *(f"{a / b:.2f}" if a and b else "" for a, b in ((k, p), (k, h))),
+                     f"{flops:.1f}" if flops else "", f"{res['peak_gflops']:.0f}"))
+    return rows
 
 
 def add_malloc_flags(parser):

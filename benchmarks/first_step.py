@@ -12,13 +12,19 @@ builds it (the recipe's optimizer, loss and metrics) and fit for one batch,
 once through each path, on fresh models in alternating order; the table
 gives the median seconds from the `fit` call to the end of the first batch.
 JAX and torch do not trace this way (JAX builds all state before compiling).
+Appends one row per recipe to benchmarks/results/first_step.csv (`--results`),
+each with the command, commit, date, machine and backend.
 """
 
 import argparse
+import pathlib
 import statistics
+import sys
 import time
 
-from benchmarks import encoder_throughput, recipe_steps
+from benchmarks import encoder_throughput, provenance, recipe_steps
+
+HEADER = ["recipe", "preset", "keras_model_fit_s", "task_fit_s", "ratio", "repeats"]
 
 
 def first_batch_seconds(recipe, fit):
@@ -41,6 +47,8 @@ def main(argv=None):
     parser.add_argument("--recipes", default=",".join(recipe_steps.RECIPES),
                         help=f"comma-separated, of {', '.join(recipe_steps.RECIPES)} (default: all)")
     parser.add_argument("--repeats", type=int, default=2, help="fits per path and recipe (median)")
+    parser.add_argument("--results", type=pathlib.Path, default=provenance.results_file("first_step.csv"),
+                        help="the CSV the rows are appended to")
     args = parser.parse_args(argv)
     recipes = encoder_throughput.comma_choices(parser, "recipes", args.recipes, recipe_steps.RECIPES)
     if args.repeats < 1:
@@ -55,14 +63,18 @@ def main(argv=None):
                      f"Received: backend {keras.backend.backend()!r}")
     tf.get_logger().setLevel("ERROR")
     print("| recipe | preset | keras.Model.fit s | Task.fit s | ratio |\n|---|---|---|---|---|")
+    rows = []
     for recipe in recipes:
         seconds = {"keras": [], "kformer": []}
         for i in range(2 * args.repeats):
             path = ("keras", "kformer")[i % 2]
             seconds[path].append(first_batch_seconds(recipe, keras.Model.fit if path == "keras" else models.Task.fit))
         plain, ours = statistics.median(seconds["keras"]), statistics.median(seconds["kformer"])
-        print(f"| {recipe} | {recipe_steps.recipe_args(recipe).preset} | {plain:.1f} | {ours:.1f} | "
-              f"{plain / ours:.2f}x |", flush=True)
+        preset = recipe_steps.recipe_args(recipe).preset
+        print(f"| {recipe} | {preset} | {plain:.1f} | {ours:.1f} | {plain / ours:.2f}x |", flush=True)
+        rows.append((recipe, preset, f"{plain:.2f}", f"{ours:.2f}", f"{plain / ours:.2f}", args.repeats))
+    provenance.write_csv(args.results, HEADER, rows, backend="tensorflow", append=True)
+    print(f"appended {len(rows)} rows to {args.results}", file=sys.stderr)  # the table stays the last stdout line
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ choices (AdamW, weight decay 0.01, warmup over 10 % of the steps then cosine
 decay, early stopping on validation accuracy with the best epoch restored).
 The held-out pairs are the recipe's; their masks are drawn once with the
 recipe's seed (the recipe's own validation set draws them with seed 0).
+`train` also appends its scores, one row, to benchmarks/results/mini_bert_gpu.csv
+(`--results`) with the command, commit, date, machine and backend.
 """
 
 import argparse
@@ -38,7 +40,12 @@ import time
 import keras
 import numpy as np
 
+from benchmarks import provenance
+
 ARRAYS = "arrays.npz"
+HEADER = ["device", "preset", "objective", "pretrain_epochs", "batch_size", "pretraining_steps", "pretrain_seconds",
+          "masked_token_accuracy", "test_accuracy", "scratch_test_accuracy", "scratch_short_test_accuracy",
+          "gain_points", "test_accuracy_after_epochs", "seed", "out"]
 
 
 def recipe_flags(argv):
@@ -176,6 +183,8 @@ def train(argv):
     p.add_argument("--seed", type=int, default=None,
                    help="initialization, masking and shuffling (default: the recipe seed `prepare` used)")
     p.add_argument("--verbose", type=int, default=2)
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("mini_bert_gpu.csv"),
+                   help="the CSV the run's row is appended to")
     args = p.parse_args(argv)
     for name in ("pretrain_epochs", "batch_size", "finetune_epochs", "finetune_batch_size", "patience"):
         if getattr(args, name) < 1:
@@ -222,8 +231,8 @@ def train(argv):
     pretrain_seconds = round(time.time() - start, 1)
     results = model.evaluate(x, y, sample_weight=weights, batch_size=256, verbose=0, return_dict=True)
     metrics = {"backend": keras.backend.backend(), "device": device_name(), **vars(args),
-               "arrays": str(args.arrays), "out": str(args.out), "pretraining_pairs": cut,
-               "held_out_pairs": len(pairs["nsp_labels"]) - cut, "pretraining_steps": steps,
+               "arrays": str(args.arrays), "out": str(args.out), "results": str(args.results),
+               "pretraining_pairs": cut, "held_out_pairs": len(pairs["nsp_labels"]) - cut, "pretraining_steps": steps,
                "pretrain_seconds": pretrain_seconds,
                "masked_token_accuracy": float(results["mlm_logits_sparse_categorical_accuracy"])}
     save(args.out, metrics)  # after each stage: a run cut short keeps what it finished
@@ -252,6 +261,13 @@ def train(argv):
         metrics[f"test_accuracy_after_epoch_{epoch}"], _ = finetune(snapshots.weights[epoch],
                                                                     args.out / f"finetune_at_{epoch}_log.csv")
         save(args.out, metrics)
+    after = "; ".join(f"{e}: {metrics[f'test_accuracy_after_epoch_{e}']:.4f}" for e in args.finetune_at)
+    provenance.write_csv(args.results, HEADER, [(
+        metrics["device"], config["preset"], args.objective, args.pretrain_epochs, args.batch_size, steps,
+        pretrain_seconds, *(round(metrics[k], 4) for k in ("masked_token_accuracy", "test_accuracy",
+                                                          "scratch_test_accuracy", "scratch_short_test_accuracy")),
+        metrics["gain_points"], after, seed, str(args.out))], backend=metrics["backend"], append=True)
+    print(f"appended a row to {args.results}")
 
 
 def save(out, metrics):

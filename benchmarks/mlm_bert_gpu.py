@@ -16,6 +16,8 @@ frozen-then-unfrozen fine-tuning) and writes `metrics.json` and the logs.
 
 `--pretrain-seconds S` stops pretraining after the epoch that passes S
 seconds: the anchor at kformer's pretraining time on the same machine kind.
+`train` also appends its scores, one row, to benchmarks/results/mlm_bert_gpu.csv
+(`--results`) with the command, commit, date, machine and backend.
 """
 
 import argparse
@@ -27,7 +29,11 @@ import time
 
 import numpy as np
 
+from benchmarks import provenance
+
 ARRAYS = "arrays.npz"
+HEADER = ["device", "epochs", "requested_epochs", "finetune_epochs", "pretraining_steps", "pretrain_seconds",
+          "finetune_seconds", "masked_token_accuracy", "test_accuracy", "parameters", "seed", "out"]
 
 
 def prepare(argv):
@@ -68,6 +74,8 @@ def train(argv):
     p.add_argument("--finetune-epochs", type=int, default=10, help="half frozen, half not (the example: 5 + 5)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--verbose", type=int, default=2)
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("mlm_bert_gpu.csv"),
+                   help="the CSV the run's row is appended to")
     args = p.parse_args(argv)
     for name in ("epochs", "finetune_epochs"):
         if getattr(args, name) < 1:
@@ -90,9 +98,14 @@ def train(argv):
     result = mlm_bert.train(arrays, epochs=args.epochs, finetune_epochs=args.finetune_epochs,
                             pretrain_seconds=args.pretrain_seconds, seed=args.seed, verbose=args.verbose,
                             log_dir=args.out)
-    flags = {**vars(args), "arrays": str(args.arrays), "out": str(args.out), "requested_epochs": args.epochs}
+    flags = {**vars(args), "arrays": str(args.arrays), "out": str(args.out), "results": str(args.results),
+             "requested_epochs": args.epochs}
     # the result's "epochs" (those run) and "finetune_epochs" (how they were split) replace the flags'
-    save(args.out, {"backend": keras.backend.backend(), "device": device_name(), **flags, **result})
+    metrics = {"backend": keras.backend.backend(), "device": device_name(), **flags, **result}
+    save(args.out, metrics)
+    provenance.write_csv(args.results, HEADER, [[metrics[k] for k in HEADER]],
+                         backend=metrics["backend"], append=True)
+    print(f"appended a row to {args.results}")
 
 
 def plot(argv):

@@ -2,6 +2,7 @@
 
     from benchmarks import provenance
     provenance.write_csv(path, ["what", "median_ms"], rows)   # rows + command, commit, date, machine, backend
+    provenance.results_file("my_script.csv")                  # benchmarks/results/my_script.csv
 
 `docs/gen_tables.py` builds the Performance and Results pages from these files.
 """
@@ -15,6 +16,7 @@ import subprocess
 import sys
 
 COLUMNS = ("command", "commit", "date", "machine", "backend")
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 _FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "fma", "neon", "asimd")
 
 
@@ -56,12 +58,23 @@ def values(backend=None):
 
 
 def _script():
-    """The running script as the command line named it, relative to the repository root when inside it."""
+    """The running script as the command line named it: `-m package.module` when run as a module, else its
+    path, relative to the repository root when inside it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return f"-m {spec.name}"
     script = pathlib.Path(sys.argv[0]).resolve()
     try:
         return str(script.relative_to(pathlib.Path(__file__).resolve().parents[1]))
     except ValueError:
         return str(script)
+
+
+def results_file(name):
+    """Where a script's rows go: `benchmarks/results/NAME`, or `$KFORMER_RESULTS_DIR/NAME` where that is set
+    (the test suite sets it to a temporary folder: a smoke run must not add rows to the measured history)."""
+    folder = os.environ.get("KFORMER_RESULTS_DIR")
+    return (pathlib.Path(folder) if folder else RESULTS) / name
 
 
 def write_csv(path, header, rows, backend=None, append=False):

@@ -21,7 +21,9 @@ anchor in this one; wall time, `fit` time and epochs are printed for both.
 Both run with the same malloc setting (`--malloc`: the recipes' default,
 `kformer.runtime.keep_freed_memory`, set in this process too, or glibc's
 defaults on both sides), and on JAX with the recipes' random bits
-(`kformer.runtime.faster_jax_random`). Writes `<output-dir>/quality_vs_anchor_<task>.json`.
+(`kformer.runtime.faster_jax_random`). Writes `<output-dir>/quality_vs_anchor_<task>.json`, and
+appends one row per model and test score to benchmarks/results/quality_vs_anchor.csv (`--results`),
+each with the command, commit, date, machine and backend.
 """
 
 import argparse
@@ -32,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import encoder_throughput
+from benchmarks import encoder_throughput, provenance
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -59,6 +61,8 @@ def parse_args(argv=None):
                    help="both sides: glibc's malloc keeps freed memory (as the recipes run by default) or "
                         "glibc's defaults (the recipe with --no-keep-freed-memory)")
     p.add_argument("--output-dir", default="benchmark_runs")
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("quality_vs_anchor.csv"),
+                   help="the CSV the score rows are appended to")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2)
     args = p.parse_args(argv)
@@ -151,6 +155,22 @@ SCORES = ("test_accuracy", "scratch_test_accuracy", "test_top1", "test_bleu", "t
           "masked_token_accuracy", "test_digit_error_rate", "test_utterance_accuracy")
 
 
+HEADER = ["task", "model", "epochs", "fit_s", "wall_s", "metric", "value", "data", "max_examples", "seed", "malloc"]
+
+
+def csv_rows(report):
+    """The report's test scores -> one row of `HEADER` per model and score."""
+    recipe = report.get("recipe", {})
+    sides = [(f"kformer {name}", metrics.get("epochs", report["epochs"]), metrics.get("train_seconds", ""),
+              recipe["seconds"], metrics) for name, metrics in recipe.get("metrics", {}).items()]
+    sides += [(name, result["epochs"], result["fit_seconds"], result["seconds"], result)
+              for name, result in report.get("anchor", {}).items()]
+    return [(report["task"], model, epochs, fit_s, wall_s, key, round(value, 4),
+             report["data_dir"] or "bundled sample", report["max_examples"] or "", report["seed"], report["malloc"])
+            for model, epochs, fit_s, wall_s, scores in sides for key, value in scores.items()
+            if key in SCORES and isinstance(value, (int, float))]
+
+
 def summary(result):
     """The scores of one side's metrics (dict) as 'name value, ...'."""
     return ", ".join(f"{k} {v:.4f}" if v < 1 else f"{k} {v:.2f}" for k, v in result.items()
@@ -187,6 +207,9 @@ def main(argv=None):
         print(f"{name:42s} {result['epochs']:>6} {result['fit_seconds']:>8} {result['seconds']:>8}  "
               f"{summary(result)}")
     print(f"written: {path}")
+    rows = csv_rows(report)
+    provenance.write_csv(args.results, HEADER, rows, backend=report.get("backend"), append=True)
+    print(f"appended {len(rows)} rows to {args.results}")
     return report
 
 

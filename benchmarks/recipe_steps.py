@@ -24,16 +24,19 @@ only) and multiplied by 3 (forward + backward). MFU is model FLOP/s over the
 best float32 1024x1024 matmul GFLOP/s measured in the run (each worker
 measures its backend's own matmul first; one common figure keeps the rows
 comparable, as these peaks move by tens of percent between processes).
-Each backend runs in its own subprocess; one table comes out.
+Each backend runs in its own subprocess; one table comes out, and one row per
+recipe and worker is appended to benchmarks/results/recipe_steps.csv (`--results`),
+each with the command, commit, date, machine and backend.
 """
 
 import argparse
 import json
 import math
+import pathlib
 import sys
 import time
 
-from benchmarks import encoder_throughput
+from benchmarks import encoder_throughput, provenance
 
 RECIPES = ("imdb", "translator", "vit_mnist", "vit_cifar10", "mini_bert", "gpt")
 # Each recipe's defaults that shape a step (the benchmark imports no recipe; tests/benchmarks/
@@ -233,6 +236,22 @@ def report(flops, results):
     return "\n".join(lines)
 
 
+HEADER = ["recipe", "preset", "shape", "params", "gflop_per_step", "jit_compile", "malloc", "policy", "ms_per_step",
+          "gflop_s", "mfu_percent", "matmul_peak_gflop_s"]
+
+
+def csv_rows(flops, result, peak):
+    """One worker's result -> a row of `HEADER` per recipe; MFU against `peak`, as in `report`."""
+    rows = []
+    for recipe, row in result["rows"].items():
+        gflop = flops[recipe]["train_flops"] / 1e9
+        rate = gflop / row["seconds"]
+        rows.append((recipe, row["preset"], row["shape"], flops[recipe]["params"], f"{gflop:.3f}",
+                     result["jit_compile"], result["malloc"], result["policy"], f"{1000 * row['seconds']:.1f}",
+                     f"{rate:.1f}", f"{100 * rate / peak:.1f}", f"{peak:.0f}"))
+    return rows
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default=",".join(BACKENDS))
@@ -245,6 +264,8 @@ def parse_args(argv=None):
                         help="comma-separated Keras dtype policies (%s), one row each" % ", ".join(POLICIES))
     parser.add_argument("--steps", type=int, default=10, help="measured steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps dropped first (compilation)")
+    parser.add_argument("--results", type=pathlib.Path, default=provenance.results_file("recipe_steps.csv"),
+                        help="the CSV the rows are appended to")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count-flops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--jit", default="auto", help=argparse.SUPPRESS)
@@ -269,6 +290,10 @@ def main(argv=None):
                for malloc in args.malloc for policy in args.dtype_policy]
     print(f"median of {args.steps} steps after {args.warmup} warm-up steps; FLOPs = 3 x forward matmuls")
     print(report(flops, results))
+    peak = max(res["peak_gflops"] for res in results)
+    for res in results:
+        provenance.write_csv(args.results, HEADER, csv_rows(flops, res, peak), backend=res["backend"], append=True)
+    print(f"appended {sum(len(res['rows']) for res in results)} rows to {args.results}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ Flags after `--` are the recipe's (`--dataset`, `--data-dir`, `--preset`,
 `--seed`, `--max-examples`, `--verbose`, `--jit-compile`), with its defaults
 (`recipe_flags`; the benchmark imports no recipe, tests/benchmarks/test_vit_gpu.py
 checks the defaults agree). CIFAR-10's JPEGs are decoded with Pillow where
-TensorFlow is missing (the same pixels; `kformer.data.images`).
+TensorFlow is missing (the same pixels; `kformer.data.images`). `train` also
+appends one row per side to benchmarks/results/vit_gpu.csv (`--results`) with the
+command, commit, date, machine and backend.
 """
 
 import argparse
@@ -35,6 +37,10 @@ import time
 
 import keras
 
+from benchmarks import provenance
+
+HEADER = ["device", "dataset", "side", "model", "epochs", "test_top1", "test_top5", "fit_seconds", "seconds",
+          "parameters", "train_examples", "seed", "out"]
 DEFAULT_PRESETS = {"mnist": "vit_tiny", "cifar10": "vit_hybrid_cifar"}  # recipes/train_vit.py's
 
 
@@ -107,6 +113,8 @@ def train(argv):
     p.add_argument("out", type=pathlib.Path, help="a new folder for metrics.json and the logs")
     p.add_argument("--anchor-epochs", type=int, default=None, help="the example's epochs (default: the recipe's)")
     p.add_argument("--only", choices=("kformer", "anchor"), default=None, help="run one side")
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("vit_gpu.csv"),
+                   help="the CSV the rows are appended to")
     args, recipe_argv = p.parse_known_args(argv)
     from benchmarks.anchors import vit as anchor
     from benchmarks.mini_bert_gpu import device_name, save
@@ -135,6 +143,13 @@ def train(argv):
                                        seed=recipe.seed, verbose=recipe.verbose,
                                        jit_compile=anchor.jit_compile(recipe.jit_compile))
         save(args.out, metrics)
+    sides = [side for side in ("kformer", "anchor") if side in metrics]
+    provenance.write_csv(args.results, HEADER, [(
+        metrics["device"], recipe.dataset, side, metrics[side].get("preset", "keras-io ViT example"),
+        *(metrics[side][k] for k in ("epochs", "test_top1", "test_top5", "fit_seconds", "seconds", "parameters")),
+        metrics["train_examples"], recipe.seed, str(args.out)) for side in sides], backend=metrics["backend"],
+        append=True)
+    print(f"appended {len(sides)} rows to {args.results}")
 
 
 def plot(argv):

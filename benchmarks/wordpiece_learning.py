@@ -12,10 +12,19 @@ Three timed calls per vocabulary size, on the same reviews:
 - keras-hub: `keras_hub.tokenizers.compute_word_piece_vocabulary` on the
   texts as a `tf.data` dataset, with its own defaults (its pre-tokenization,
   every word, tokens seen at least 10 times): what a keras-hub user calls.
+
+Appends one row per vocabulary size to benchmarks/results/wordpiece_learning.csv
+(`--results`), each with the command, commit, date, machine and backend.
 """
 
 import argparse
+import pathlib
+import sys
 import time
+
+from benchmarks import provenance
+
+HEADER = ["reviews", "vocabulary", "kformer_s", "tensorflow_text_s", "equal", "keras_hub_s"]
 
 
 def main(argv=None):
@@ -23,6 +32,8 @@ def main(argv=None):
     p.add_argument("--data-dir", default=None, help="full IMDB (default: the bundled sample)")
     p.add_argument("--max-examples", type=int, default=None, help="the first N train reviews (default: all)")
     p.add_argument("--vocabulary-size", default="8000", help="comma-separated sizes, one row each")
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("wordpiece_learning.csv"),
+                   help="the CSV the rows are appended to")
     args = p.parse_args(argv)
     try:
         sizes = [int(v) for v in args.vocabulary_size.split(",")]
@@ -45,6 +56,7 @@ def main(argv=None):
     print("| vocabulary | kformer s | tensorflow-text s (same words) | equal | keras-hub s | "
           "tensorflow-text / kformer | keras-hub / kformer |")
     print("|---|---|---|---|---|---|---|")
+    rows = []
     for size in sizes:
         start = time.perf_counter()
         ours = WordPieceTokenizer.learn(texts, size).vocabulary
@@ -58,6 +70,9 @@ def main(argv=None):
         hub_s = time.perf_counter() - start
         print(f"| {size} | {kformer_s:.2f} | {tf_text_s:.1f} | {ours == reference} | {hub_s:.1f} | "
               f"{tf_text_s / kformer_s:.0f}x | {hub_s / kformer_s:.0f}x |", flush=True)
+        rows.append((len(texts), size, f"{kformer_s:.3f}", f"{tf_text_s:.3f}", ours == reference, f"{hub_s:.3f}"))
+    provenance.write_csv(args.results, HEADER, rows, backend="tensorflow", append=True)  # all three run on TF
+    print(f"appended {len(rows)} rows to {args.results}", file=sys.stderr)  # stdout ends with the table
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
 - `<!-- table: presets BUILDER -->...<!-- /table -->` becomes the presets of `kformer.models.BUILDER`
   (`all`: every builder with its presets), read from `kformer.models.registry` as the site builds, so
   a new preset appears without editing a page.
-- `<!-- notebook: notebooks/NAME.ipynb -->` becomes the notebook's cells (markdown as written, code as
-  Python blocks). The notebooks are stored without outputs (the test suite runs them,
-  tests/test_notebook.py); the site shows their code, not a run's output.
+- `<!-- notebook: notebooks/NAME.ipynb -->` becomes the notebook's cells with the outputs of a real run:
+  markdown as written, code as Python blocks, each followed by its printed text, results and PNG
+  figures, read from `docs/notebooks/NAME.executed.ipynb`, which `python docs/run_notebooks.py` writes
+  (the notebooks themselves are stored without outputs, tests/test_notebook.py). The build stops when
+  that copy is missing or its code cells differ from the notebook's. `<!-- notebook: PATH code-only -->`
+  shows the code alone, for a notebook no run here can execute.
 - `<!-- api: PACKAGE -->` becomes a `::: PACKAGE.MODULE` reference for every public module of the
   package (found on disk), so the API reference grows with the code.
 - `<!-- builders: PACKAGE -->` documents the functions that share their name with a submodule.
@@ -16,11 +19,13 @@
 import json
 import os
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
 import gen_tables  # noqa: E402
+import run_notebooks  # noqa: E402
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # a core dependency; the registry is plain Python
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -43,16 +48,70 @@ def presets(builder):
     return gen_tables.table(["preset", "arguments"], rows)
 
 
-def notebook(path):
-    cells = json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]
-    parts = [f"*Rendered from `{path}` without outputs (the notebooks are stored without them): run it "
-             "with Jupyter after `pip install -e \".[notebook]\"`; the test suite runs it top to bottom.*"]
+def executed_notebook(path, executed=None):
+    """The executed copy of notebook `path` (`docs/notebooks/NAME.executed.ipynb` unless `executed` names
+    another), after checking that it ran exactly the notebook's code cells; raises ValueError otherwise."""
+    path = ROOT / path
+    executed = pathlib.Path(executed) if executed else run_notebooks.executed_path(path.stem)
+    command = f"`python docs/run_notebooks.py {path.stem}`"
+    if not executed.is_file():
+        raise ValueError(f"{path.name} has no executed copy ({executed.name}): run {command}.")
+    ran = json.loads(executed.read_text(encoding="utf-8"))
+    ours = run_notebooks.code_cells(json.loads(path.read_text(encoding="utf-8")))
+    theirs = run_notebooks.code_cells(ran)
+    if ours != theirs:
+        changed = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        raise ValueError(f"{executed.name} is stale: code cell {changed + 1} of {path.name} differs from the one "
+                         f"that ran ({len(ours)} code cells now, {len(theirs)} then); run {command}.")
+    return ran
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _text(text, title="output"):
+    text = ANSI.sub("", "".join(text)).rstrip("\n")
+    return f'```text title="{title}"\n{text}\n```' if text.strip() else ""
+
+
+def _outputs(cell):
+    """A code cell's outputs as markdown: printed text and plain results as text blocks, PNGs inline."""
+    parts = []
+    for output in cell.get("outputs", []):
+        kind, data = output["output_type"], output.get("data", {})
+        if kind == "stream":
+            parts.append(_text(output["text"], "output" if output["name"] == "stdout" else output["name"]))
+        elif kind == "error":
+            parts.append(_text(f"{output['ename']}: {output['evalue']}", "error"))
+        elif "image/png" in data:
+            png = "".join(data["image/png"]).replace("\n", "")
+            parts.append(f'<img alt="a figure the cell drew" src="data:image/png;base64,{png}">')
+        elif "text/plain" in data:
+            parts.append(_text(data["text/plain"]))
+    return [p for p in parts if p]
+
+
+def notebook(argument):
+    path, *options = argument.split()
+    if options not in ([], ["code-only"]):
+        raise ValueError(f"notebook {path}: unknown options {options}; the only one is `code-only`.")
+    if options:
+        cells = json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]
+        parts = [f"*Rendered from `{path}` as code only, without outputs (the page says why). Run it with "
+                 "Jupyter after `pip install -e \".[notebook]\"`.*"]
+    else:
+        cells = executed_notebook(path)["cells"]
+        parts = [f"*Rendered from `{path}` with the outputs of its last run by `python docs/run_notebooks.py` "
+                 "(top to bottom, default parameters, TensorFlow backend, on a CPU); the site build stops when "
+                 "the notebook's code changes without a rerun. Run it yourself with Jupyter after "
+                 "`pip install -e \".[notebook]\"`.*"]
     for c in cells:
         source = "".join(c["source"])
         if c["cell_type"] == "markdown":
             parts.append(source)
         elif c["cell_type"] == "code" and source.strip():
             parts.append(f"```python\n{source}\n```")
+            parts.extend(_outputs(c))
     return "\n\n".join(parts) + "\n"
 
 

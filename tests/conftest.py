@@ -18,6 +18,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # before JAX or TensorFlow is imported. Benchmarks and recipes run with XLA's defaults.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# Benchmark scripts the tests run write their rows here, not to benchmarks/results/ (the measured history).
+_RESULTS_DIR = None
+if "KFORMER_RESULTS_DIR" not in os.environ:
+    _RESULTS_DIR = os.environ["KFORMER_RESULTS_DIR"] = tempfile.mkdtemp(prefix="kformer-results-")
 _JAX_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _JAX_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kformer-jax-cache-")
@@ -65,8 +69,9 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    if _JAX_CACHE is not None:  # the process that made it (the xdist controller, or a lone pytest)
-        shutil.rmtree(_JAX_CACHE, ignore_errors=True)
+    for folder in (_JAX_CACHE, _RESULTS_DIR):  # made by this process (the xdist controller, or a lone pytest)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     for folder in set(glob.glob(_TFDS_LITTER)) - _TFDS_BEFORE:
         with contextlib.suppress(OSError):  # empty ones only
             os.rmdir(folder)

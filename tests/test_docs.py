@@ -4,11 +4,13 @@
 link or anchor, a docstring griffe cannot parse, or a generated table that differs from its results
 file. Every public name has a place in the API reference (the site's `objects.inv`). The rest checks
 the files themselves on every backend: the README's length, short pages, provenance in every results
-row, no benchmark figures in the library's docstrings, the CHANGELOG's form.
+row, no benchmark figures in the library's docstrings, the CHANGELOG's form, and notebook pages that
+show a run of the committed code (docs/run_notebooks.py's executed copies).
 """
 
 import csv
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -23,6 +25,8 @@ import kformer
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
 import gen_tables  # noqa: E402
+import hooks  # noqa: E402
+import run_notebooks  # noqa: E402
 
 FIGURE = re.compile(r"[0-9]+(\.[0-9]+)?x faster|ms a call")
 
@@ -47,6 +51,8 @@ def test_site_builds_strictly_with_every_public_name(tmp_path):
                  "notebooks/quickstart/index.html", "api/models/index.html"):
         assert (site / page).is_file(), page
     assert "transformer_tiny" in (site / "tasks" / "translator" / "index.html").read_text()  # from the registry
+    quickstart = (site / "notebooks" / "quickstart" / "index.html").read_text()
+    assert "docs/run_notebooks.py" in quickstart and quickstart.count('src="data:image/png;base64,') >= 2
 
     from tests.test_docstrings import public_objects  # the names test_docstrings holds to a docstring
 
@@ -114,3 +120,63 @@ def test_changelog_has_unreleased_on_top_and_dated_releases():
     assert releases and all(re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d{2}-\d{2}", h) for h in releases), releases
     assert releases[0].startswith(f"[{kformer.__version__}]")
     assert not FIGURE.search(text)
+
+
+def test_notebook_pages_show_a_run_of_the_committed_code():
+    notebook = "notebooks/quickstart.ipynb"
+    executed = run_notebooks.executed_path("quickstart")
+    assert executed.stat().st_size < 1_000_000, "keep the executed copy small: PNG figures, no widget state"
+    page = hooks.notebook(notebook)  # raises if the copy is missing or stale
+    assert "python docs/run_notebooks.py" in page and '```text title="output"\n' in page
+    assert page.count('<img alt="a figure the cell drew" src="data:image/png;base64,') >= 2
+    assert re.search(r"-> '[^']+'", page)  # the translations the run printed
+    assert "Traceback" not in page
+
+
+def test_a_stale_or_missing_executed_notebook_stops_the_build(tmp_path):
+    notebook = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text(encoding="utf-8"))
+    executed = run_notebooks.executed_path("quickstart")
+    copy = tmp_path / "quickstart.ipynb"
+    copy.write_text(json.dumps(notebook), encoding="utf-8")
+    assert hooks.executed_notebook(copy, executed)["cells"]  # the committed pair agrees
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    code[-1]["source"] = "".join(code[-1]["source"]) + "\nprint('one more line')"
+    copy.write_text(json.dumps(notebook), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"code cell {len(code)} of quickstart.ipynb differs.*"
+                                         r"run `python docs/run_notebooks.py quickstart`"):
+        hooks.executed_notebook(copy, executed)
+    notebook["cells"].append({"cell_type": "code", "source": "1 + 1", "metadata": {}, "outputs": [],
+                              "execution_count": None})
+    code[-1]["source"] = run_notebooks.code_cells(json.loads(executed.read_text(encoding="utf-8")))[-1]
+    copy.write_text(json.dumps(notebook), encoding="utf-8")
+    with pytest.raises(ValueError, match="is stale"):
+        hooks.executed_notebook(copy, executed)
+    with pytest.raises(ValueError, match=r"no executed copy \(missing.executed.ipynb\): run "
+                                         r"`python docs/run_notebooks.py quickstart`"):
+        hooks.executed_notebook(copy, tmp_path / "missing.executed.ipynb")
+    with pytest.raises(ValueError, match="the only one is `code-only`"):
+        hooks.notebook("notebooks/quickstart.ipynb outputs")
+    assert "```python" in hooks.notebook("notebooks/quickstart.ipynb code-only")
+
+
+def test_executed_notebooks_keep_text_plain_results_and_pngs_only():
+    nbformat = pytest.importorskip("nbformat")
+    cell = nbformat.v4.new_code_cell("plot()", metadata={"tags": ["parameters"],
+                                                           "execution": {"shell.execute_reply": "2026-12-02"}})
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=(
+                        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                        "I0000 00:00:1796216089.334982    4923 port.cc:153] oneDNN custom operations are on.\n")),
+                    nbformat.v4.new_output("stream", name="stdout", text="hel"),
+                    nbformat.v4.new_output("stream", name="stdout", text="lo\n"),
+                    nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=",
+                                                                  "text/plain": "<Figure>", "text/html": "<b>"},
+                                           metadata={"image/png": {"width": 500}}),
+                    nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {}})]
+    notebook = nbformat.v4.new_notebook(cells=[cell], metadata={"widgets": {"state": {}}})
+    compact = run_notebooks.compact(notebook)
+    assert "widgets" not in compact.metadata and compact.cells[0].metadata == {"tags": ["parameters"]}
+    outputs = compact.cells[0].outputs
+    assert [o.output_type for o in outputs] == ["stream", "display_data"]
+    assert outputs[1].data == {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"} and outputs[1].metadata == {}
+    assert hooks._outputs(compact.cells[0]) == [
+        '```text title="output"\nhello\n```', '<img alt="a figure the cell drew" src="data:image/png;base64,iVBORw0KGgo=">']
