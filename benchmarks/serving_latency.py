@@ -19,12 +19,16 @@ decode the same tokens, checked). Requests are real bundled test reviews
 - keras predict_on_batch: the same with `predict_on_batch` (classifier).
 p50/p99 over `--single` one-review requests after 5 warm-ups; throughput =
 64 / median time of `--batches` batch-64 requests. The exports go to a
-temporary folder, removed at the end unless `--keep-exports`.
+temporary folder, removed at the end unless `--keep-exports`. Appends one row
+per line printed to benchmarks/results/serving_latency.csv (`--results`), each
+with the command, commit, date, machine and backend.
 """
 
 import argparse
 import os
+import pathlib
 import shutil
+import sys
 import tempfile
 import time
 
@@ -37,7 +41,12 @@ import tensorflow as tf  # noqa: E402
 from kformer import export, models  # noqa: E402
 from kformer.data import imdb  # noqa: E402
 from kformer.data.preprocessors import TextClassifierPreprocessor, TranslatorPreprocessor  # noqa: E402
-from kformer.data.wordpiece import END, START, WordPieceTokenizer  # noqa: E402
+from kformer.data.wordpiece import WordPieceTokenizer  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import provenance  # noqa: E402
+
+HEADER = ["what", "p50_ms", "p99_ms", "batch64_requests_per_s", "single_requests"]
 
 
 def timed(fn, requests, warmup=5):
@@ -58,12 +67,16 @@ def report(rows, name, single, batch):
           flush=True)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--single", type=int, default=200)
     p.add_argument("--batches", type=int, default=10)
     p.add_argument("--keep-exports", action="store_true", help="keep the two SavedModels (removed by default)")
-    args = p.parse_args()
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("serving_latency.csv"),
+                   help="the CSV the rows are appended to")
+    args = p.parse_args(argv)
+    if min(args.single, args.batches) < 1:
+        p.error(f"--single and --batches must be >= 1. Received: {args.single}, {args.batches}")
     keras.utils.set_random_seed(0)
     train_texts = imdb.load_split("train", max_examples=2000)[0]
     texts = imdb.load_split("test")[0]
@@ -72,10 +85,14 @@ def main():
     out = tempfile.mkdtemp(prefix="serving-latency-")
     print(f"backend={keras.backend.backend()} exports in {out}", flush=True)
     try:
-        measure(out, train_texts, singles, batches)
+        rows = measure(out, train_texts, singles, batches)
     finally:
         if not args.keep_exports:
             shutil.rmtree(out, ignore_errors=True)
+    provenance.write_csv(args.results, HEADER, [  # the translator's single requests are the first 40 at most
+        (name, f"{p50:.2f}", f"{p99:.2f}", f"{rate:.1f}", min(len(singles), 40) if "translator" in name else len(singles))
+        for name, p50, p99, rate in rows], backend=keras.backend.backend(), append=True)
+    print(f"appended {len(rows)} rows to {args.results}")
 
 
 def measure(out, train_texts, singles, batches):
@@ -103,10 +120,8 @@ def measure(out, train_texts, singles, batches):
     serve_tr, serve_xla = served["serving_default"], served["translate_xla"]
     tr_singles, tr_batches = [short(s) for s in singles[:40]], [short(b) for b in batches[:3]]
 
-    def generate(batch):
-        ids = models.generate(translator, tokenizer.encode(batch, 40), max_length=40,
-                              start_token_id=target.ids[START], end_token_id=target.ids[END])
-        return target.detokenize(ids).numpy()
+    def generate(batch):  # translate: generate with the export's defaults (guards, number slots) + detokenize
+        return [t.encode() for t in translator.translate(batch, max_length=40)]
 
     for serve in (serve_tr, serve_xla):
         exported = serve(text=tf.constant(tr_batches[0]))["translation"].numpy()
@@ -114,7 +129,7 @@ def measure(out, train_texts, singles, batches):
     call_tr = lambda batch: serve_tr(text=tf.constant(batch))  # noqa: E731
     call_xla = lambda batch: serve_xla(text=tf.constant(batch))  # noqa: E731
     report(rows, "translator export greedy (plain TF)", timed(call_tr, tr_singles), timed(call_tr, tr_batches, 1))
-    report(rows, "translator keras generate greedy", timed(generate, tr_singles), timed(generate, tr_batches, 1))
+    report(rows, "translator keras translate greedy", timed(generate, tr_singles), timed(generate, tr_batches, 1))
     report(rows, "translator export translate_xla (XLA)", timed(call_xla, tr_singles),
            timed(call_xla, tr_batches, 1))
 
@@ -123,6 +138,7 @@ def measure(out, train_texts, singles, batches):
           f"(target <= 1.5x); export / predict_on_batch = {rows[0][1] / rows[2][1]:.2f}x")
     print(f"translator single-request p50: export / keras generate = {rows[3][1] / rows[4][1]:.2f}x "
           f"(plain TF), {rows[5][1] / rows[4][1]:.2f}x (translate_xla; target <= 1.2x)")
+    return rows
 
 
 if __name__ == "__main__":

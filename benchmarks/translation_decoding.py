@@ -12,8 +12,12 @@ split it was evaluated on (`split_by` from the version's `metrics.json`, or
 `max_length_offset=B` (default 10)) it prints sacrebleu BLEU (lowercase) and chrF, the
 share of translations that repeat a word 3-gram (repetition loops), the share
 of output words never seen in the training targets (invented sub-word
-strings), and the decoding time; then the translations of a few unfamiliar
-sentences (numerals, names, long ones).
+strings), the share of sources with digits whose translation has every digit
+string unchanged, and the decoding time; then the translations of a few unfamiliar
+sentences (numerals, names, long ones). Appends one row per setting to
+benchmarks/results/translation_decoding.csv (`--results`), each with the
+command, commit, date, machine and backend. `--max-examples N` decodes only the
+first N test pairs (a quick look; the figures are not the split's).
 """
 
 import argparse
@@ -21,6 +25,12 @@ import json
 import pathlib
 import re
 import time
+
+from benchmarks import provenance
+from recipes.train_translator import digit_copies
+
+HEADER = ["version", "split_by", "test_pairs", "setting", "bleu", "chrf", "bleu_unseen_sources",
+          "repeats_a_trigram_percent", "unknown_words_percent", "digit_sources", "digits_copied_percent", "seconds"]
 
 PROBES = ["It is two o'clock.", "I was born on March 3, 1987.", "Tom met Mary in Liverpool in 2011.",
           "Our flight leaves at 10:45 and arrives at 14:20.", "Zbigniew bought 37 refurbished pumps.",
@@ -46,7 +56,7 @@ def repeats_a_trigram(text):
     return len(set(grams)) < len(grams)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("version", type=pathlib.Path, help="a translator version folder or .keras file")
     p.add_argument("--data-dir", default=None, help="the data the version was trained on")
@@ -55,7 +65,12 @@ def main():
                    help="default: the version's metrics.json, else pair")
     p.add_argument("--settings", nargs="+", type=parse_setting,
                    default=[parse_setting(s) for s in ("greedy", "greedy+nr3", "beam4", "beam4+nr3")])
-    args = p.parse_args()
+    p.add_argument("--max-examples", type=int, default=None, help="the first N test pairs (default: all)")
+    p.add_argument("--results", type=pathlib.Path, default=provenance.results_file("translation_decoding.csv"),
+                   help="the CSV the rows are appended to")
+    args = p.parse_args(argv)
+    if args.max_examples is not None and args.max_examples < 1:
+        p.error(f"--max-examples must be >= 1. Received: {args.max_examples}")
     import keras
     import sacrebleu
 
@@ -71,14 +86,15 @@ def main():
     dataset = args.dataset or read("config.json").get("dataset", "spa-eng")
     train_sources, train_targets = translation.load_split("train", dataset, args.data_dir, split_by=split_by)
     sources, references = translation.load_split("test", dataset, args.data_dir, split_by=split_by)
+    sources, references = sources[:args.max_examples], references[:args.max_examples]
     known_words = {w for t in train_targets for w in re.findall(r"\w+", t.lower())}
     seen = set(train_sources)
     unseen = [i for i, s in enumerate(sources) if s not in seen]
     print(f"{args.version}: {model.count_params()} parameters, {keras.backend.backend()}, test split by {split_by}: "
           f"{len(sources)} pairs, {len(unseen)} with an English sentence not in train")
-    print("| setting | BLEU | chrF | BLEU unseen sources | repeats a 3-gram | unknown words | seconds |")
-    print("|---|---|---|---|---|---|---|")
-    probes = {}
+    print("| setting | BLEU | chrF | BLEU unseen sources | repeats a 3-gram | unknown words | digits copied | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    probes, rows = {}, []
     for name, options in args.settings:
         start = time.time()
         hypotheses = model.translate(sources, **options)
@@ -90,9 +106,16 @@ def main():
         loops = sum(map(repeats_a_trigram, hypotheses)) / len(hypotheses)
         words = [w for h in hypotheses for w in re.findall(r"\w+", h.lower())]
         unknown = sum(w not in known_words for w in words) / max(1, len(words))
+        copied, digit_sources = digit_copies(sources, hypotheses)  # every digit string of the source, unchanged
+        copied = "" if copied is None else f"{100 * copied:.2f}"
         print(f"| {name} | {bleu:.2f} | {chrf:.2f} | {unseen_bleu:.2f} | {loops:.2%} | {unknown:.2%} | "
-              f"{seconds:.0f} |", flush=True)
+              f"{copied or '-'}% of {digit_sources} | {seconds:.0f} |", flush=True)
+        rows.append((str(args.version), split_by, len(sources), name, f"{bleu:.2f}", f"{chrf:.2f}",
+                     f"{unseen_bleu:.2f}", f"{100 * loops:.2f}", f"{100 * unknown:.2f}", digit_sources, copied,
+                     f"{seconds:.1f}"))
         probes[name] = model.translate(PROBES, **options)
+    provenance.write_csv(args.results, HEADER, rows, backend=keras.backend.backend(), append=True)
+    print(f"appended {len(rows)} rows to {args.results}")
     for i, sentence in enumerate(PROBES):
         print(f"\n{sentence}")
         for name, outputs in probes.items():

@@ -23,6 +23,9 @@ source length + 10 tokens: `--num-beams`, `--no-repeat-ngram-size`,
 `--max-length-ratio`, `--max-length-offset`). Test BLEU and chrF come
 from sacrebleu on detokenized text; the vocabularies are lower-cased, so
 BLEU is case-insensitive (`lowercase=True`);
+numbers are copied from the source (`TranslatorPreprocessor(copy_numbers=True)`:
+each one is a slot in the token sequences, filled with the source's numbers
+in order; `--no-copy-numbers` spells them as word pieces);
 BLEU is also reported on the test pairs whose English sentence is not in
 train (Tatoeba repeats sentences; `--split-by source` removes all of them).
 Out of distribution (`kformer.data.translation.ood_splits`): two sets are held
@@ -74,6 +77,9 @@ def parse_args(argv=None):
     p.add_argument("--shared-vocabulary", action="store_true",
                    help="one WordPiece vocabulary learned from both sides and one embedding table for encoder, "
                         "decoder and output (paper 3.4): digits and names can be copied")
+    p.add_argument("--no-copy-numbers", dest="copy_numbers", action="store_false",
+                   help="spell numbers as word pieces instead of copying them from the source "
+                        "(TranslatorPreprocessor's copy_numbers; default: copied)")
     p.add_argument("--average-last", type=common.bounded(int, 0), default=0, metavar="N",
                    help="final weights = the mean of the last N epochs' (paper 6.1: 5; 0 = off, the best epoch's); "
                         "early stopping before the last N epochs leaves the best epoch's")
@@ -168,7 +174,8 @@ def main(argv=None):
     else:
         source_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "source_vocabulary.txt", sources)
         target_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "target_vocabulary.txt", targets)
-    preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length)
+    preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length,
+                                          copy_numbers=args.copy_numbers)
     train_ds = preprocessor.dataset(sources, targets, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     val_ds = preprocessor.dataset(*val, batch_size=args.batch_size)
 
@@ -179,7 +186,7 @@ def main(argv=None):
     steps = args.epochs * int(train_ds.cardinality())
     warmup = args.warmup_steps or max(1, min(4000, steps // 10))
     config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
-              "dataset": args.dataset, "warmup_steps": warmup}
+              "dataset": args.dataset, "warmup_steps": warmup, "copy_numbers": args.copy_numbers}
     with scope:
         model = models.build(args.preset, preprocessor=preprocessor, **overrides)
         hidden = model.hidden_dim

@@ -60,8 +60,8 @@ def bucketed_dataset(preprocessor, sources, targets, batch_size, shuffle=False, 
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be an int >= 1. Received: batch_size={batch_size!r}")
     length = preprocessor.sequence_length
-    source_ids = _tokenize(preprocessor.source_tokenizer, sources, length)
-    target_ids = _tokenize(preprocessor.target_tokenizer, targets, length - 1)
+    source_ids = _tokenize(preprocessor.source_tokenizer, preprocessor.prepare, sources, length)
+    target_ids = _tokenize(preprocessor.target_tokenizer, preprocessor.prepare, targets, length - 1)
 
     def teacher_forcing(source, target):  # (n_src,), (n_tgt,) -> inputs, labels (n_tgt + 1,)
         decoder, labels = preprocessor.teacher_forcing(tf.RaggedTensor.from_tensor(target[None]))
@@ -87,8 +87,8 @@ def _num_batches(source_ids, target_ids, sequence_length, batch_size):
     return int(np.sum(-(-per_bucket // batch_size)))
 
 
-def _tokenize(tokenizer, texts, max_tokens, chunk_size=2000):
-    """list of str -> int32 RaggedTensor (len(texts), (<= max_tokens)), in chunks."""
-    chunks = [tokenizer.tokenize(tf.constant(texts[i:i + chunk_size]))[:, :max_tokens]
+def _tokenize(tokenizer, prepare, texts, max_tokens, chunk_size=2000):
+    """list of str -> int32 RaggedTensor (len(texts), (<= max_tokens)), in chunks; `prepare`: tf.string -> tf.string."""
+    chunks = [tokenizer.tokenize(prepare(tf.constant(texts[i:i + chunk_size])))[:, :max_tokens]
               for i in range(0, len(texts), chunk_size)]
     return tf.concat(chunks, axis=0)

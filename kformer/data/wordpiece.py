@@ -447,17 +447,34 @@ class WordPieceTokenizer(keras.layers.Layer):
     def detokenize(self, token_ids):
         """int [batch, length] -> tf.string [batch]: joins pieces, drops special tokens."""
         token_ids = tf.cast(token_ids, tf.int32)
-        tokens = self.id_to_token(token_ids)
+        return join_pieces(tf.where(self.is_special(token_ids), "", self.id_to_token(token_ids)))
+
+    def is_special(self, token_ids):
+        """int32 ids -> bool, same shape: which are special tokens (`[PAD]`, `[START]`, ...)."""
         if self.special_tokens == SPECIAL_TOKENS:
-            keep = token_ids >= len(SPECIAL_TOKENS)
-        else:
-            special = tf.constant([self.ids[t] for t in self.special_tokens], tf.int32)
-            keep = tf.reduce_all(token_ids[..., None] != special, axis=-1)
-        tokens = tf.where(keep, tokens, "")
-        text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
-        text = tf.strings.regex_replace(text, r"(^| )##", "")
-        text = tf.strings.regex_replace(text, r"\s+", " ")
-        text = tf.strings.regex_replace(text, r" ([.,!?;:%)\]}])", r"\1")
-        text = tf.strings.regex_replace(text, r"([¿¡(\[{]) ", r"\1")
-        text = tf.strings.regex_replace(text, r"(\w) ' (\w)", r"\1'\2")
-        return tf.strings.strip(text)
+            return token_ids < len(SPECIAL_TOKENS)
+        special = tf.constant([self.ids[t] for t in self.special_tokens], tf.int32)
+        return tf.reduce_any(token_ids[..., None] == special, axis=-1)
+
+
+def join_pieces(tokens):
+    """tf.string `[batch, length]` word pieces (`""` for none) -> tf.string `[batch]` text.
+
+    Pieces join into words (`##` continues the word before), words with single
+    spaces, and punctuation goes back against its word.
+
+    Args:
+        tokens: tf.string tensor `[batch, length]`.
+
+    Example:
+
+    >>> join_pieces(tf.constant([["the", "film", "##s", "", "!"]])).numpy().tolist()
+    [b'the films!']
+    """
+    text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+    text = tf.strings.regex_replace(text, r"(^| )##", "")
+    text = tf.strings.regex_replace(text, r"\s+", " ")
+    text = tf.strings.regex_replace(text, r" ([.,!?;:%)\]}])", r"\1")
+    text = tf.strings.regex_replace(text, r"([¿¡(\[{]) ", r"\1")
+    text = tf.strings.regex_replace(text, r"(\w) ' (\w)", r"\1'\2")
+    return tf.strings.strip(text)

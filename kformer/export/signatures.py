@@ -65,7 +65,8 @@ def translate(strategy, jit_compile=False):
                                  no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
                                  max_length_ratio=options.get("max_length_ratio"),
                                  max_length_offset=options.get("max_length_offset", 10),
-                                 max_word_pieces=options.get("max_word_pieces"), xla=jit_compile)
+                                 max_word_pieces=options.get("max_word_pieces"),
+                                 slot_token_id=getattr(preprocessor, "number_slot_id", None), xla=jit_compile)
         if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
             decode = tf.function(decode, jit_compile=True, autograph=False,
                                  input_signature=[tf.TensorSpec([None, None], tf.int32)])
@@ -77,7 +78,7 @@ def translate(strategy, jit_compile=False):
                 ids = decode(repeat_last_row(source, batch_bucket(rows)))[:rows]
             else:  # drop all-padding columns (XLA would compile each new width)
                 ids = decode(trim_width(source))
-            return {"translation": preprocessor.target_tokenizer.detokenize(ids)}
+            return {"translation": preprocessor.detokenize_tensor(ids, text)}  # numbers from the source
         return translate_text
     return make
 

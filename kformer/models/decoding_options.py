@@ -43,7 +43,7 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
                            position_limit=None, max_length, start_token_id=None, end_token_id=None,
                            strategy="greedy", num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0,
                            seed=None, use_cache=True, no_repeat_ngram_size=0, max_length_ratio=None,
-                           max_length_offset=10, max_word_pieces=None):
+                           max_length_offset=10, max_word_pieces=None, slot_token_id=None):
     """Validate every decoding argument (naming it) -> the decoding loop's config dict.
 
     Args:
@@ -59,7 +59,7 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, seed, use_cache,
             no_repeat_ngram_size, max_length_ratio, max_length_offset,
-            max_word_pieces: as in `kformer.models.generate.generate`.
+            max_word_pieces, slot_token_id: as in `kformer.models.generate.generate`.
 
     Returns:
         dict of plain Python values: the options the loop reads (`seed`
@@ -84,6 +84,15 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
              use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
              max_length_ratio=max_length_ratio, max_length_offset=max_length_offset)
     c["max_word_pieces"] = check_max_word_pieces(max_word_pieces)
+    if slot_token_id is not None:
+        if not translator:
+            raise ValueError("`slot_token_id` is for translators (slots counted in the source). "
+                             f"Received: slot_token_id={slot_token_id!r}")
+        if not is_int(slot_token_id) or not 0 < slot_token_id < min(vocabulary_size,
+                                                                    source_vocabulary_size or vocabulary_size):
+            raise ValueError(f"`slot_token_id` must be None or an int in [1, {vocabulary_size}). "
+                             f"Received: slot_token_id={slot_token_id!r}")
+    c["slot_token_id"] = slot_token_id
     ids = np.asarray(token_ids)
     if c["strategy"] not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={c['strategy']!r}")

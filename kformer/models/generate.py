@@ -143,12 +143,41 @@ def ban_long_words(logits, tokens, t, max_pieces, kinds):
     return ops.where(ops.logical_and(full[:, None], ops.equal(kinds, CONTINUATION)[None, :]), NEG_INF, logits)
 
 
-def _ban(logits, tokens, t, c):
-    """The logits at position `t` after this call's bans (`no_repeat_ngram_size`, `max_word_pieces`)."""
+def ban_slots(logits, tokens, required, slot, end):
+    """Logits `(batch, vocab)` where a row may not end before it holds `required` `slot` tokens, nor hold more.
+
+    While a row lacks slots, `[END]` is banned and its logit goes to `slot`
+    (`max` of the two): a row that would end puts its missing slot there
+    instead of writing on. Once it has them all, `slot` is banned. So every
+    source slot (a copied number) is generated exactly once. `tokens`: int
+    `(batch, length)`, the decoding buffer (0 past the current position);
+    `required`: int `(batch,)`, the slots in each row's source.
+    """
+    emitted = ops.sum(ops.cast(ops.equal(tokens, slot), "int32"), axis=1)
+    lacking = ops.less(emitted, required)[:, None]
+    ids = ops.arange(ops.shape(logits)[-1])[None, :]
+    to_slot = ops.maximum(logits[:, slot], logits[:, end])[:, None]
+    logits = ops.where(ops.logical_and(lacking, ops.equal(ids, slot)), to_slot, logits)
+    banned = ops.logical_or(ops.logical_and(lacking, ops.equal(ids, end)),
+                            ops.logical_and(ops.logical_not(lacking), ops.equal(ids, slot)))
+    return ops.where(banned, NEG_INF, logits)
+
+
+def _slots_required(inputs, c):
+    """Translator with `slot_token_id`: how many slots each source holds `(batch,)`, else None."""
+    if c.get("slot_token_id") is None:
+        return None
+    return ops.sum(ops.cast(ops.equal(inputs, c["slot_token_id"]), "int32"), axis=1)
+
+
+def _ban(logits, tokens, t, c, required=None):
+    """The logits at position `t` after this call's bans (`no_repeat_ngram_size`, `max_word_pieces`, slots)."""
     if c["no_repeat_ngram_size"]:
         logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
     if c.get("max_word_pieces"):
         logits = ban_long_words(logits, tokens, t, c["max_word_pieces"], c["word_kinds"])
+    if required is not None:
+        logits = ban_slots(logits, tokens, required, c["slot_token_id"], c["end_token_id"])
     return logits
 
 
@@ -232,6 +261,7 @@ def _decode_loop(task, inputs, noise, c):
     """Greedy or sampling -> the tokens `task.generated_tokens` keeps of the buffer `(batch, length)`."""
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     limits = _row_limits(inputs, c)
+    required = _slots_required(inputs, c)
     length = ops.shape(tokens)[1]
 
     def cond(t, tokens, caches, logits, done):
@@ -239,7 +269,7 @@ def _decode_loop(task, inputs, noise, c):
 
     def body(t, tokens, caches, logits, done):
         t = _known(t)
-        logits = _ban(logits, tokens, t, c)
+        logits = _ban(logits, tokens, t, c, required)
         if c["strategy"] == "greedy":
             word = ops.cast(ops.argmax(logits, axis=-1), "int32")
         else:
@@ -268,6 +298,8 @@ def _beam_loop(task, inputs, c):
     flat = batch * beams
     limits = _row_limits(inputs, c)
     limits = None if limits is None else ops.repeat(limits, beams, axis=0)  # a row's beams share its limit
+    required = _slots_required(inputs, c)
+    required = None if required is None else ops.repeat(required, beams, axis=0)
     tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
     caches = tuple(ops.repeat(cache, beams, axis=0) for cache in caches)
     step.repeat(beams)
@@ -280,7 +312,7 @@ def _beam_loop(task, inputs, c):
 
     def body(t, tokens, caches, logits, scores, done, lengths):
         t = _known(t)
-        logits = _ban(logits, tokens, t, c)
+        logits = _ban(logits, tokens, t, c, required)
         forced = _column(prompt, t)
         prompt_token = ops.where(ops.arange(vocab)[None, :] == _column(tokens, t)[:, None], 0.0, NEG_INF)
         log_probs = ops.where(forced[:, None], prompt_token, ops.log_softmax(logits, axis=-1))
@@ -339,7 +371,7 @@ _COMPILED = {}
 def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
              num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True,
              no_repeat_ngram_size=0, max_length_ratio=None, max_length_offset=10, max_word_pieces=None,
-             pad_batch=True):
+             slot_token_id=None, pad_batch=True):
     """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
     Translator: returns the generated tokens after `start_token_id`, through
@@ -391,6 +423,11 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             WordPiece tokenizer, from its preprocessor (`word_piece_kinds`;
             else a ValueError). A causal prompt's pieces count toward its
             last word. `None` or `0` (default): off.
+        slot_token_id: int or None. Translator only: each row generates this
+            id exactly as many times as its source holds it (`[END]` is
+            banned until it has, the id after), so every number slot of a
+            `TranslatorPreprocessor(copy_numbers=True)` source comes back
+            once (`Translator.translate` passes it). `None` (default): off.
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the
             batch at `batching.batch_bucket(batch)` rows, a few compiles for any batch
             sizes. `False`: at its own size, one compile per size, and no
@@ -417,7 +454,8 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         model.decoding_family, ids, **model.decoding_limits(), max_length=max_length, start_token_id=start_token_id,
         end_token_id=end_token_id, strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=k, p=p,
         temperature=temperature, use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
-        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset, max_word_pieces=max_word_pieces)
+        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset, max_word_pieces=max_word_pieces,
+        slot_token_id=slot_token_id)
     seed = config.pop("seed")
     kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
     translator = model.decoding_family == "translator"
@@ -445,7 +483,8 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
 
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
                     num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                    max_length_ratio=None, max_length_offset=10, max_word_pieces=None, xla=False):
+                    max_length_ratio=None, max_length_offset=10, max_word_pieces=None, slot_token_id=None,
+                    xla=False):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
     In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
@@ -456,7 +495,7 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         model: a `Translator` or a `CausalLM`.
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, no_repeat_ngram_size,
-            max_length_ratio, max_length_offset, max_word_pieces: as in `generate`.
+            max_length_ratio, max_length_offset, max_word_pieces, slot_token_id: as in `generate`.
         xla: bool. `True` when `fn` will be traced inside a
             `tf.function(jit_compile=True)`: its cache writes are then XLA's
             in-place update. `False` (default): core TensorFlow ops only, which
@@ -476,7 +515,7 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy, num_beams=num_beams,
         length_penalty=length_penalty, k=k, p=p, temperature=temperature, use_cache=True, seed=None,
         no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
-        max_length_offset=max_length_offset, max_word_pieces=max_word_pieces)
+        max_length_offset=max_length_offset, max_word_pieces=max_word_pieces, slot_token_id=slot_token_id)
     config.pop("seed")
     kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
     return lambda token_ids, noise=None: _run(model, token_ids, noise, config, xla=bool(xla), word_kinds=kinds)

@@ -226,6 +226,10 @@ class Translator(GenerativeTask):
         one translation; defaults to `TRANSLATE_NO_REPEAT_NGRAM_SIZE` (3, the
         recipe's guard), which stops an undertrained model's loops; `0` turns
         it off.
+        With the preprocessor's `copy_numbers` (the default), each translation
+        holds as many number slots as its source (`generate`'s `slot_token_id`;
+        pass `slot_token_id=None` to let the model choose), filled with the
+        source's numbers in order.
         """
         preprocessor = self._require_preprocessor("translate")
         check_batch_size(batch_size)
@@ -241,12 +245,16 @@ class Translator(GenerativeTask):
         options = dict(max_length=preprocessor.sequence_length if max_length is None else max_length, strategy=strategy,
                        start_token_id=preprocessor.start_token_id,
                        end_token_id=preprocessor.end_token_id, max_word_pieces=max_word_pieces,
-                       no_repeat_ngram_size=no_repeat_ngram_size, **kwargs)
+                       no_repeat_ngram_size=no_repeat_ngram_size,
+                       slot_token_id=getattr(preprocessor, "number_slot_id", None))
+        options.update(kwargs)
+        texts = np.asarray([texts] if single else list(texts), dtype=object)
         order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")
         outputs = [None] * len(source)
         for start in range(0, len(source), batch_size):
             rows = order[start:start + batch_size]
-            for row, text in zip(rows, preprocessor.detokenize(self.generate(source[rows], **options))):
+            ids = self.generate(source[rows], **options)
+            for row, text in zip(rows, preprocessor.detokenize(ids, list(texts[rows]))):
                 outputs[row] = text
         return outputs[0] if single else outputs
 
