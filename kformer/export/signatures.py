@@ -66,7 +66,7 @@ def translate(strategy, jit_compile=False):
                                  max_length_ratio=options.get("max_length_ratio"),
                                  max_length_offset=options.get("max_length_offset", 10),
                                  max_word_pieces=options.get("max_word_pieces"),
-                                 slot_token_id=getattr(preprocessor, "number_slot_id", None), xla=jit_compile)
+                                 slot_token_id=preprocessor.number_slot_id, xla=jit_compile)
         if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
             decode = tf.function(decode, jit_compile=True, autograph=False,
                                  input_signature=[tf.TensorSpec([None, None], tf.int32)])

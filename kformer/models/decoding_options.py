@@ -88,9 +88,9 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
         if not translator:
             raise ValueError("`slot_token_id` is for translators (slots counted in the source). "
                              f"Received: slot_token_id={slot_token_id!r}")
-        if not is_int(slot_token_id) or not 0 < slot_token_id < min(vocabulary_size,
-                                                                    source_vocabulary_size or vocabulary_size):
-            raise ValueError(f"`slot_token_id` must be None or an int in [1, {vocabulary_size}). "
+        both = min(vocabulary_size, source_vocabulary_size or vocabulary_size)  # an id of both vocabularies
+        if not is_int(slot_token_id) or not 0 < slot_token_id < both:
+            raise ValueError(f"`slot_token_id` must be None or an int in [1, {both}). "
                              f"Received: slot_token_id={slot_token_id!r}")
     c["slot_token_id"] = slot_token_id
     ids = np.asarray(token_ids)

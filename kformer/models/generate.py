@@ -424,8 +424,9 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             else a ValueError). A causal prompt's pieces count toward its
             last word. `None` or `0` (default): off.
         slot_token_id: int or None. Translator only: each row generates this
-            id exactly as many times as its source holds it (`[END]` is
-            banned until it has, the id after), so every number slot of a
+            id exactly as many times as its source holds it (until it has,
+            `[END]` is banned and its logit goes to this id; after, the id is
+            banned: `ban_slots`), so every number slot of a
             `TranslatorPreprocessor(copy_numbers=True)` source comes back
             once (`Translator.translate` passes it). `None` (default): off.
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the

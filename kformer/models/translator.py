@@ -246,7 +246,7 @@ class Translator(GenerativeTask):
                        start_token_id=preprocessor.start_token_id,
                        end_token_id=preprocessor.end_token_id, max_word_pieces=max_word_pieces,
                        no_repeat_ngram_size=no_repeat_ngram_size,
-                       slot_token_id=getattr(preprocessor, "number_slot_id", None))
+                       slot_token_id=preprocessor.number_slot_id)
         options.update(kwargs)
         texts = np.asarray([texts] if single else list(texts), dtype=object)
         order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")

@@ -129,7 +129,7 @@ class TranslatorPreprocessor(Preprocessor):
         token_ids = tf.cast(token_ids, tf.int32)
         numbers = find_numbers(tf.convert_to_tensor(sources, tf.string))
         numbers = tf.concat([numbers.to_tensor(""), tf.fill([numbers.nrows(), 1], "")], axis=1)  # "" past the last
-        slot = token_ids == tokenizer.token_to_id(NUMBER_SLOT)
+        slot = token_ids == self.number_slot_id
         rank = tf.cumsum(tf.cast(slot, tf.int32), axis=1, exclusive=True)  # the k-th slot of its row
         filled = tf.gather(numbers, tf.minimum(rank, tf.shape(numbers)[1] - 1), batch_dims=1)
         pieces = tf.where(tokenizer.is_special(token_ids), "", tokenizer.id_to_token(token_ids))
