@@ -82,8 +82,9 @@ def moe(_=None):
     rows = read("moe_vs_dense.csv")
     return table(["model", "wall budget s", "steps", "train tokens/s", "validation perplexity", "parameters",
                   "used per token", "balancing loss", "dropped", "measured", "command"],
-                 [(r["model"], r["budget_s"], r["train_steps"], r["train_tokens_per_s"],
-                   f"**{r['validation_perplexity']}**", r["params"], r["active_params_per_token"],
+                 [(r["model"], r["budget_s"] or "-", r["train_steps"], r["train_tokens_per_s"],
+                   f"**{r['validation_perplexity']}**" if r["validation_perplexity"] else "- (speed only)",
+                   r["params"], r["active_params_per_token"],
                    r["moe_balancing_loss"] or "-", r["moe_dropped_fraction"] or "-", measured(r),
                    f"`{r['command']}`") for r in rows])
 

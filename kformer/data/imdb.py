@@ -274,3 +274,55 @@ def _labels_for(texts, labels):
         raise ValueError(f"Expected one label per text. Received: {len(texts)} texts and labels of shape "
                          f"{labels.shape}")
     return labels
+
+
+def random_token_windows(dataset, probability, min_tokens=8, max_tokens=64, seed=0):
+    """Replace rows of a batched token-id dataset by random windows of their own tokens, anew every epoch.
+
+    Training augmentation for short inputs (`random_crops` cuts words once; this
+    draws new windows each time the dataset is iterated, so they cannot be
+    memorized). Each row of `token_ids` (0-padded at the end) is, with
+    `probability`, replaced by `min_tokens` to `max_tokens` consecutive tokens
+    of its own, moved to the front and 0-padded; a row holding fewer tokens
+    than the drawn length is kept whole. Labels pass through.
+
+    Args:
+        dataset: `tf.data.Dataset` of `(token_ids, labels, ...)` batches, as
+            `TextClassifierPreprocessor.dataset` gives.
+        probability: float in [0, 1]. The share of rows replaced.
+        min_tokens, max_tokens: ints, `1 <= min_tokens <= max_tokens`. Defaults to `8` and `64`.
+        seed: int. Defaults to `0`.
+
+    Returns:
+        The mapped `tf.data.Dataset`.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> ds = tf.data.Dataset.from_tensors((tf.constant([[5, 6, 7, 8, 0, 0]]), tf.constant([1])))
+    >>> ids, labels = next(iter(random_token_windows(ds, 1.0, 2, 2)))
+    >>> int(tf.math.count_nonzero(ids)), labels.numpy().tolist()
+    (2, [1])
+    """
+    import tensorflow as tf
+
+    if not (isinstance(min_tokens, int) and isinstance(max_tokens, int) and 1 <= min_tokens <= max_tokens):
+        raise ValueError(f"Expected integers 1 <= min_tokens <= max_tokens. Received: min_tokens={min_tokens!r}, "
+                         f"max_tokens={max_tokens!r}")
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"`probability` must be in [0, 1]. Received: probability={probability!r}")
+
+    def window(ids, seeds):
+        draws = tf.random.stateless_uniform([tf.shape(ids)[0], 3], seeds)  # row: replace?, length, offset
+        real = tf.math.count_nonzero(ids, axis=1, dtype="int32")
+        length = min_tokens + tf.cast(draws[:, 1] * (max_tokens - min_tokens + 1), "int32")
+        length = tf.minimum(tf.minimum(length, max_tokens), real)
+        start = tf.cast(draws[:, 2] * tf.cast(real - length + 1, "float32"), "int32")
+        start = tf.minimum(start, real - length)
+        steps = tf.range(tf.shape(ids)[1])
+        windows = tf.gather(ids, tf.minimum(start[:, None] + steps, tf.shape(ids)[1] - 1), batch_dims=1)
+        windows = tf.where(steps[None, :] < length[:, None], windows, tf.zeros_like(windows))
+        return tf.where((draws[:, :1] < probability), windows, ids)
+
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    return tf.data.Dataset.zip(dataset, seeds).map(lambda batch, s: (window(batch[0], s), *batch[1:]))

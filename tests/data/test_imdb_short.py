@@ -80,3 +80,35 @@ def test_proxies_of_the_bundled_test_split_are_short():
     assert all(f and text.startswith(f) for f, text in zip(firsts, texts))
     assert np.median([len(f.split()) for f in firsts]) < 30
     assert all(len(c.split()) <= 30 for c in crops)
+
+
+def test_random_token_windows_cut_rows_anew_each_epoch():
+    import tensorflow as tf
+
+    ids = np.zeros((64, 40), "int32")
+    lengths = np.random.default_rng(0).integers(1, 41, 64)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = np.arange(1, n + 1) + 100 * row  # distinct, increasing tokens; 0-padded at the end
+    labels = np.arange(64)
+    ds = tf.data.Dataset.from_tensor_slices((ids, labels)).batch(16)
+    windowed = imdb.random_token_windows(ds, 0.5, 3, 10, seed=1)
+    epochs = [np.concatenate([x.numpy() for x, _ in windowed]) for _ in range(2)]
+    assert not np.array_equal(epochs[0], epochs[1])  # new windows every epoch
+    assert np.array_equal(np.concatenate([y.numpy() for _, y in windowed]), labels)
+    replaced = 0
+    for out, row, n in zip(epochs[0], ids, lengths):
+        kept = out[out != 0]
+        assert np.all(out[len(kept):] == 0)  # front-aligned, 0-padded
+        if np.array_equal(out, row):
+            continue
+        replaced += 1
+        assert 3 <= len(kept) <= 10 and len(kept) < n
+        start = int(np.flatnonzero(row == kept[0])[0])
+        assert np.array_equal(kept, row[start:start + len(kept)])  # consecutive tokens of its own row
+    assert 16 <= replaced <= 48
+    whole = np.concatenate([x.numpy() for x, _ in imdb.random_token_windows(ds, 0.0, 3, 10)])
+    assert np.array_equal(whole, ids)
+    with pytest.raises(ValueError, match="min_tokens"):
+        imdb.random_token_windows(ds, 0.5, 0, 10)
+    with pytest.raises(ValueError, match="probability"):
+        imdb.random_token_windows(ds, 1.5)

@@ -36,6 +36,7 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch,
     short = ("ood_first_sentence_accuracy", "ood_crop_10_30_accuracy")
     assert all(0.0 <= metrics[k] <= 1.0 and 0.0 <= metrics[f"val_{k}"] <= 1.0 for k in short)
     assert metrics["val_examples"] == 10 and metrics["crop_augmentation"] is False
+    assert metrics["window_augmentation"] == 0.3  # the default: short token windows in training
     with open(first / "training_log.csv") as f:  # the kept weights' validation accuracy
         assert metrics["val_accuracy"] == pytest.approx(float(next(csv.DictReader(f))["val_accuracy"]))
     out = capsys.readouterr().out
@@ -64,9 +65,10 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch,
     before = (first / "model.keras").read_bytes()
     # model overrides and short training crops; the vocabulary (learned on the reviews) is the same
     second = train_imdb.main(flags + ["--no-export", "--no-plots", "--crop-augmentation", "--ngram-buckets=64",
-                                      "--no-mask-padding"])
+                                      "--no-mask-padding", "--window-augmentation=0"])
     assert second == tmp_path / "imdb_tiny" / "2"
-    assert json.loads((second / "metrics.json").read_text())["crop_augmentation"] is True
+    second_metrics = json.loads((second / "metrics.json").read_text())
+    assert second_metrics["crop_augmentation"] is True and second_metrics["window_augmentation"] == 0.0
     config = json.loads((second / "config.json").read_text())
     assert config["ngram_buckets"] == 64 and config["mask_padding"] is False
     with open(second / "training_log.csv") as f:
@@ -118,9 +120,18 @@ def test_tfds_flag_trains_on_tfds_imdb_reviews(tmp_path):
     assert metrics["test_examples"] == 40 and metrics["train_examples"] == 36
 
 
-def test_model_flags_default_to_the_preset_and_need_a_preset(capsys):
+def test_model_flags_default_to_the_preset_and_need_a_preset(capsys, tmp_path):
     args = train_imdb.parse_args([])
-    assert args.ngram_buckets is None and args.mask_padding is None and args.crop_augmentation is False
+    assert args.ngram_buckets is None and args.crop_augmentation is False
+    # the main job (bundled sample) masks padding and trains on short windows; full data keeps the preset's
+    assert args.window_augmentation == 0.3 and args.mask_padding is True
+    full = train_imdb.parse_args([f"--data-dir={tmp_path}"])
+    assert full.window_augmentation == 0.0 and full.mask_padding is None
+    assert train_imdb.parse_args([f"--data-dir={tmp_path}", "--window-augmentation=0.5"]).window_augmentation == 0.5
+    assert train_imdb.parse_args(["--no-mask-padding"]).mask_padding is False
+    for flags in (["--window-augmentation=1.5"], ["--from-pretrained=some/bert", "--window-augmentation=0.3"]):
+        with pytest.raises(SystemExit):
+            train_imdb.parse_args(flags)
     assert train_imdb.parse_args(["--ngram-buckets=0", "--mask-padding"]).mask_padding is True
     for flags in (["--ngram-buckets=-1"], ["--ngram-buckets=1"], ["--from-pretrained=some/bert", "--ngram-buckets=16"]):
         with pytest.raises(SystemExit):
