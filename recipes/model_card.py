@@ -134,7 +134,9 @@ The same kind of score on inputs unlike the training data, one figure per change
 |---|---|
 {rows(card['data'])}
 
-## Test metrics
+## Metrics
+
+On the test split; `val_` metrics on the validation split the run was selected on.
 
 | metric | value |
 |---|---|

@@ -102,14 +102,14 @@ def test_the_card_puts_ood_figures_in_their_own_table_with_what_was_changed(tmp_
     metrics = {"test_top1": 0.9, "test_examples": 64, "epochs": 1, "ood_shift_noise_accuracy": 0.5,
                "val_ood_shift_noise_accuracy": 0.25, "ood_rare_word_bleu": 12.5, "ood_rare_word_pairs": 40}
     text = _card(tmp_path, metrics, ood={"ood_shift_noise_accuracy": "Gaussian | noise\nadded"}, exported=True)
-    scores, rest = text.split("## Test metrics")[1].split("## Out of distribution")
+    scores, rest = text.split("## Metrics")[1].split("## Out of distribution")
     table, training = rest.split("## Training and decoding")
     assert "| test_top1 | 0.9 |" in scores and "ood_" not in scores
     assert "| ood_shift_noise_accuracy | 0.5 | Gaussian \\| noise added |" in table  # one escaped cell
     assert "| val_ood_shift_noise_accuracy | 0.25 | Gaussian \\| noise added |" in table  # ood_'s line
     assert "| ood_rare_word_bleu | 12.5 |  |" in table  # no description: an empty cell, still shown
     assert "| ood_rare_word_pairs | 40 |  |" in table  # a count of the shifted data stays with it
-    assert "| epochs | 1 |" in training and "| test_examples | 64 |" in text.split("## Test metrics")[0]
+    assert "| epochs | 1 |" in training and "| test_examples | 64 |" in text.split("## Metrics")[0]
     facts = json.loads((tmp_path / "assets.extra" / "model_card.json").read_text())
     assert facts["out_of_distribution"]["ood_shift_noise_accuracy"] == {
         "value": 0.5, "description": "Gaussian | noise\nadded"}

@@ -34,7 +34,7 @@ def test_translator_recipe(tmp_path):
     assert metrics["test_examples"] == 64 and len(metrics["samples"]) == 8
     assert (metrics["max_length_ratio"], metrics["max_length_offset"]) == (1.5, 10)  # the default limit
     card = (run_dir / "README.md").read_text()
-    data, scores = card.split("## Data")[1].split("## Test metrics")
+    data, scores = card.split("## Data")[1].split("## Metrics")
     scores, decoding = scores.split("## Training and decoding")  # decoding settings, not scores
     assert "| max_length_ratio | 1.5 |" in decoding and "| num_beams | 4 |" in decoding
     assert "| test_unseen_sources | 64 |" in data and "| test_bleu_unseen_sources |" in scores
@@ -109,7 +109,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
     cached = sorted(p.name.split("-")[0] for p in (tmp_path / "bert_tiny_mlm" / "_prepared").iterdir())
     assert cached == ["mlm_sequences", "vocabulary"]  # a rerun reuses both (tests/recipes/test_prepared.py)
     assert mlm_metrics["pretraining_text"] == "packed"  # contiguous text: no pairs built
-    data, metrics_table = (mlm_dir / "README.md").read_text().split("## Data")[1].split("## Test metrics")
+    data, metrics_table = (mlm_dir / "README.md").read_text().split("## Data")[1].split("## Metrics")
     assert "| pretraining_texts |" in data and "pretraining_texts" not in metrics_table.split("## Training")[0]
     assert_figures(mlm_dir)  # pretraining curves (MLM and NSP) and attention on a masked sentence
     assert_figures(clf_dir)  # fine-tuning curves
