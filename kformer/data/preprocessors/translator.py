@@ -62,13 +62,15 @@ class TranslatorPreprocessor(Preprocessor):
                                  "pass `copy_numbers=False` or a tokenizer that holds it.")
         self.copy_numbers = copy_numbers
         if copy_numbers and all(t.vocabulary is not None for t in (self.source_tokenizer, self.target_tokenizer)):
-            self.number_slot_id  # noqa: B018 (checks the ids now; a loaded one gets its vocabularies later)
+            self._slot_id()  # checks the ids now; a loaded one gets its vocabularies later
 
     @property
     def number_slot_id(self):
         """The id of a number slot in both vocabularies with `copy_numbers`, else None (`generate`'s `slot_token_id`)."""
-        if not self.copy_numbers:
-            return None
+        return self._slot_id() if self.copy_numbers else None
+
+    def _slot_id(self):
+        """`NUMBER_SLOT`'s id, the same in both vocabularies, or a ValueError naming the two ids."""
         source, target = (t.token_to_id(NUMBER_SLOT) for t in (self.source_tokenizer, self.target_tokenizer))
         if source != target:
             raise ValueError(f"`copy_numbers=True` needs {NUMBER_SLOT} at the same id in both tokenizers (a source "
