@@ -119,10 +119,11 @@ def parse_args(argv=None):
         p.error("--ngram-buckets: expected 0 (no bigrams) or at least 2 rows, got 1")
     if args.from_pretrained is not None and args.window_augmentation:
         p.error("--window-augmentation cuts a --preset model's token ids, not --from-pretrained's ([CLS] first)")
-    defaults = SAMPLE_DEFAULTS if args.data_dir is None and not args.tfds and args.from_pretrained is None else {}
-    for name in ("window_augmentation", "mask_padding"):
-        if getattr(args, name) is None:
-            setattr(args, name, defaults.get(name, 0.0 if name == "window_augmentation" else None))
+    main_job = args.data_dir is None and not args.tfds and args.from_pretrained is None  # the bundled sample
+    if args.window_augmentation is None:
+        args.window_augmentation = SAMPLE_DEFAULTS["window_augmentation"] if main_job else 0.0
+    if args.mask_padding is None and main_job:
+        args.mask_padding = SAMPLE_DEFAULTS["mask_padding"]
     return args
 
 
