@@ -19,7 +19,7 @@ REQUESTS = {
 
 COUNTS = ("_examples", "_reviews", "_pairs", "_sequences", "_texts", "_sources")
 SETTINGS = ("epochs", "seconds", "steps", "schedule", "truncation", "ema", "objective", "dropout", "batch",
-            "beams", "ngram", "max_length", "learning_rate")  # decoding settings too: not scores
+            "beams", "ngram", "max_length", "learning_rate", "augmentation")  # decoding settings too: not scores
 
 
 OOD = "ood_"  # metrics.json keys of out-of-distribution figures start with this (or hold `_ood_`: val_ood_...)

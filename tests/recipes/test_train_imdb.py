@@ -56,6 +56,7 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch,
     assert card.startswith("# imdb_tiny: TextClassifier (imdb_tiny)") and "--max-examples=96" in card
     assert f"| test_accuracy | {metrics['test_accuracy']:.4g} |" in card and "## Known limits" in card
     assert "## Out of distribution" in card and "10-30 consecutive words" in card
+    assert "| window_augmentation | 0.3 |" in card.split("## Training and decoding")[1]  # a setting, not a score
     assert f"| ood_crop_10_30_accuracy | {metrics['ood_crop_10_30_accuracy']:.4g} |" in card
     facts = json.loads((first / "assets.extra" / "model_card.json").read_text())
     assert facts["parameters"] == model.count_params() and facts["task_type"] == "text_classification"
