@@ -64,14 +64,15 @@ def parse_args(argv=None):
 def naive_bayes(args):
     """The anchor's metrics, keyed as the recipe's metrics.json: fit on the recipe's training split."""
     from kformer.data import imdb
+    from recipes import common, train_imdb
 
     def features(text):
         words = re.findall(r"[a-z0-9']+|[!?]", imdb.clean_text(text).lower())
         return set(words) | {f"{a} {b}" for a, b in zip(words, words[1:])}
 
-    (train, train_y), (val, val_y) = imdb.train_validation_split(*imdb.load_split("train", args.data_dir),
-                                                                 seed=args.seed)
-    test, test_y = imdb.load_split("test", args.data_dir)
+    splits = common.load_imdb(argparse.Namespace(tfds=False, data_dir=args.data_dir, max_examples=None,
+                                                  seed=args.seed))
+    (train, train_y), (val, val_y), (test, test_y) = (splits[k] for k in ("train", "validation", "test"))
     start, counts = time.time(), [collections.Counter(), collections.Counter()]
     for text, label in zip(train, train_y):
         counts[label].update(features(text))
@@ -89,21 +90,21 @@ def naive_bayes(args):
          "train_seconds": round(seconds, 1), "backend": None}  # no Keras: the row names the process's
     for prefix, texts, labels in (("val_", val, val_y), ("", test, test_y)):
         m[f"{prefix}accuracy" if prefix else "test_accuracy"] = accuracy(texts, labels)
-        m[f"{prefix}ood_first_sentence_accuracy"] = accuracy(*imdb.first_sentences(texts, labels))
-        m[f"{prefix}ood_crop_10_30_accuracy"] = accuracy(*imdb.random_crops(texts, labels, 10, 30, seed=0))
+        for name, proxy in train_imdb.short_text_proxies(texts, labels).items():  # the recipe's own proxies
+            m[f"{prefix}{name}"] = accuracy(*proxy)
     return m
 
 
 def run(name, args):
     """metrics.json of `name`'s newest version folder, training it first unless `--reuse` finds one."""
     folder = pathlib.Path(args.output_dir) / name
-    found = sorted(folder.glob("imdb_bigram/*/metrics.json"), key=lambda p: int(p.parent.name))
-    if not (args.reuse and found):
+    newest = lambda: max(folder.glob("imdb_bigram/*/metrics.json"), key=lambda p: int(p.parent.name),  # noqa: E731
+                         default=None)
+    if not (args.reuse and newest()):
         data = ["--data-dir", args.data_dir] if args.data_dir else []
         subprocess.run([sys.executable, "-m", "recipes.train_imdb", "--no-export", "--no-plots", "--verbose=2",
                         f"--output-dir={folder}", f"--seed={args.seed}", *data, *SETTINGS[name]], check=True)
-        found = sorted(folder.glob("imdb_bigram/*/metrics.json"), key=lambda p: int(p.parent.name))
-    return json.loads(found[-1].read_text())
+    return json.loads(newest().read_text())
 
 
 def main(argv=None):
@@ -111,10 +112,8 @@ def main(argv=None):
     for name in args.settings:
         m = naive_bayes(args) if name == "naive_bayes" else run(name, args)
         pct = lambda key: round(100 * m[key], 2)  # noqa: E731
-        data = (f"full IMDB: {m['train_examples']:,} train, {m['val_examples']:,} validation, "
-                f"{m['test_examples']:,} test reviews" if args.data_dir else
-                f"bundled sample: {m['train_examples']:,} train, {m['val_examples']:,} validation, "
-                f"{m['test_examples']:,} test reviews")
+        data = (f"{'full IMDB' if args.data_dir else 'bundled sample'}: {m['train_examples']:,} train, "
+                f"{m['val_examples']:,} validation, {m['test_examples']:,} test reviews")
         row = [name, " ".join(SETTINGS[name]) or "-", data, pct("val_accuracy"), pct("val_ood_first_sentence_accuracy"),
                pct("val_ood_crop_10_30_accuracy"), pct("test_accuracy"), pct("ood_first_sentence_accuracy"),
                pct("ood_crop_10_30_accuracy"), m["train_seconds"]]

@@ -167,12 +167,16 @@ def pretrained_bert(args):
     return model, model.preprocessor, config
 
 
+def short_text_proxies(texts, labels):
+    """`{ood_ metric name: (texts, labels)}`: `texts` cut to their first sentences and to random 10-30-word crops."""
+    return {"ood_first_sentence_accuracy": imdb.first_sentences(texts, labels),
+            "ood_crop_10_30_accuracy": imdb.random_crops(texts, labels, 10, 30, seed=PROXY_SEED)}
+
+
 def short_text_accuracies(model, preprocessor, texts, labels, batch_size):
-    """Accuracy on `texts` cut to their first sentences and to random 10-30-word crops (the `ood_` metrics)."""
-    proxies = {"ood_first_sentence_accuracy": imdb.first_sentences(texts, labels),
-               "ood_crop_10_30_accuracy": imdb.random_crops(texts, labels, 10, 30, seed=PROXY_SEED)}
+    """Accuracy on `short_text_proxies(texts, labels)` (the `ood_` metrics)."""
     return {name: float(model.evaluate(preprocessor.dataset(*proxy, batch_size=batch_size), verbose=0)[1])
-            for name, proxy in proxies.items()}
+            for name, proxy in short_text_proxies(texts, labels).items()}
 
 
 @common.entry_point
