@@ -5,7 +5,7 @@
     python -m benchmarks.quality_vs_anchor --task mnist --data-dir DATA --epochs 60 --anchor-epochs 1
     python -m benchmarks.quality_vs_anchor --task cifar10 --data-dir DATA --epochs 10
     python -m benchmarks.quality_vs_anchor --task bert --data-dir DATA --max-examples 8000 --epochs 1
-    python -m benchmarks.quality_vs_anchor --task speech --data-dir DATA --epochs 12
+    python -m benchmarks.quality_vs_anchor --task speech --data-dir DATA --anchor-epochs 3
 
 The anchors (`benchmarks/anchors/`) are the Keras / keras-hub examples at
 their published sizes: "Text classification with Transformer" (imdb), the
@@ -40,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 RECIPES = {"imdb": "train_imdb", "translation": "train_translator", "mnist": "train_vit",
            "cifar10": "train_vit", "bert": "pretrain_mini_bert", "speech": "train_speech"}
-DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 10, "bert": 1, "speech": 12}
+DEFAULT_EPOCHS = {"imdb": 2, "translation": 3, "mnist": 8, "cifar10": 10, "bert": 1, "speech": 14}
 RECIPE_FLAGS = {"mnist": ["--dataset", "mnist"], "cifar10": ["--dataset", "cifar10"],
                 "bert": ["--compare-scratch"], "speech": ["--ood-speaker", "none"]}
 

@@ -29,7 +29,7 @@ def warmup_cosine(peak, steps, warmup_fraction=0.1):
                                                   warmup_steps=warmup)
 
 
-def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1):
+def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1, global_clipnorm=None):
     """AdamW with `warmup_cosine(peak, steps, warmup_fraction)`: the recipes' optimizer.
 
     Args:
@@ -37,6 +37,9 @@ def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1):
         steps: int. Optimizer steps of the whole run.
         weight_decay: float. Defaults to `0.01` (BERT's; the ViT recipe passes its `--weight-decay`).
         warmup_fraction: float. Defaults to `0.1`.
+        global_clipnorm: float or None. Gradients are scaled down together
+            when their global norm exceeds it (the speech recipe: CTC's
+            first steps). Defaults to `None` (no clipping).
 
     Example:
 
@@ -44,7 +47,8 @@ def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1):
     >>> type(optimizer).__name__, optimizer.weight_decay
     ('AdamW', 0.05)
     """
-    return keras.optimizers.AdamW(warmup_cosine(peak, steps, warmup_fraction), weight_decay=weight_decay)
+    return keras.optimizers.AdamW(warmup_cosine(peak, steps, warmup_fraction), weight_decay=weight_decay,
+                                  global_clipnorm=global_clipnorm)
 
 
 def compile_bert_pretrainer(model, optimizer, objective="mlm_nsp", jit_compile="auto"):

@@ -88,6 +88,35 @@ def test_spec_augment_masks_training_batches_only():
     np.testing.assert_array_equal(spec_augment(inputs, seed)["features"], spec_augment(inputs, seed)["features"])
 
 
+def test_shuffled_batches_hold_recordings_of_similar_length():
+    preprocessor = AudioPreprocessor()
+    rng = np.random.default_rng(0)
+    seconds = rng.uniform(0.1, 1.0, 48)
+    audio = [tone(s, 8000, 300.0 + 7 * i) for i, s in enumerate(seconds)]
+    labels = np.arange(1, 49, dtype="int32")[:, None]  # label = recording number + 1
+    lengths = preprocessor.encode(audio)["padding_mask"].sum(axis=1)
+
+    def epoch(sort_window):
+        ds = preprocessor.dataset(audio, labels, batch_size=4, shuffle=True, seed=5, sort_window=sort_window,
+                                 pad_to_multiple=1)
+        assert ds.cardinality() == 12
+        return [(b[0]["padding_mask"].numpy().sum(axis=1), b[1].numpy()[:, 0] - 1, b[0]["features"].shape[1])
+                for b in ds]
+
+    for sort_window in (1, 4):
+        batches = epoch(sort_window)
+        assert len(batches) == 12
+        rows = np.concatenate([b[1] for b in batches])
+        assert sorted(rows.tolist()) == list(range(48))  # every recording once, labels with their own audio
+        for real, rows, _ in batches:
+            np.testing.assert_array_equal(real, lengths[rows])
+    padded = {w: sum(width * 4 - real.sum() for real, _, width in epoch(w)) for w in (1, 4)}
+    assert padded[4] < 0.5 * padded[1]  # sorted windows of 16 recordings: far less padding
+    assert [b[1].tolist() for b in epoch(4)] == [b[1].tolist() for b in epoch(4)]  # seeded
+    with pytest.raises(ValueError, match="sort_window"):
+        preprocessor.dataset(audio, labels, shuffle=True, sort_window=0)
+
+
 def test_config_round_trip():
     preprocessor = AudioPreprocessor(sample_rate=16000, num_mel_bins=24, frame_step_ms=20.0)
     config = json.loads(json.dumps(keras.saving.serialize_keras_object(preprocessor)))

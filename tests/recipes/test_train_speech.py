@@ -53,6 +53,12 @@ def train_speech_recording():
 def test_speech_recipe_flags():
     args = train_speech.parse_args(["--ood-speaker=none"])
     assert args.ood_speaker is None and args.preset == "conformer_speech_tiny"
+    assert (args.epochs, args.patience, args.clip_norm) == (14, 14, 1.0)  # the schedule runs to its end
+    assert train_speech.parse_args(["--clip-norm=0"]).clip_norm == 0.0
+    with pytest.raises(SystemExit):
+        train_speech.parse_args(["--clip-norm=-1"])
+    optimizer = models.adamw(1e-3, 10, global_clipnorm=1.0)
+    assert optimizer.global_clipnorm == 1.0 and models.adamw(1e-3, 10).global_clipnorm is None
     with pytest.raises(SystemExit):
         train_speech.parse_args(["--preset=vit_tiny"])
     assert train_speech.edit_distance("4071", "471") == 1 and train_speech.edit_distance("", "12") == 2

@@ -148,7 +148,7 @@ class AudioPreprocessor(Preprocessor):
         return super().encode(x, chunk_size=chunk_size)
 
     def dataset(self, x, y=None, sample_weight=None, *, batch_size=32, shuffle=False, seed=0, augment=False,
-                pad_to_multiple=32):
+                pad_to_multiple=32, sort_window=16):
         """Batched `tf.data.Dataset` of `(inputs, y[, sample_weight])`, features computed once and cached.
 
         Args:
@@ -158,6 +158,11 @@ class AudioPreprocessor(Preprocessor):
             sample_weight: None or `(rows,)` floats.
             batch_size: int. Defaults to `32`.
             shuffle: bool. Reshuffled every epoch with `seed`. Defaults to `False`.
+            sort_window: int. With `shuffle`, each run of `sort_window` batches'
+                worth of shuffled recordings is sorted by length before it is cut
+                into batches, and those batches are shuffled: a batch holds
+                recordings of similar length, so little of it is padding (the
+                same number of batches; 1 turns it off). Defaults to `16`.
             seed: int. Shuffling and SpecAugment seed. Defaults to `0`.
             augment: bool. SpecAugment (`spec_augment`) on each batch, new
                 masks every epoch: for training data only. Defaults to `False`.
@@ -174,11 +179,17 @@ class AudioPreprocessor(Preprocessor):
         ds = tf.data.Dataset.from_tensor_slices(columns).map(
             without_autograph(lambda audio, *rest: (self.example_features(audio), *rest)),
             num_parallel_calls=tf.data.AUTOTUNE).cache()
+        if not isinstance(sort_window, int) or isinstance(sort_window, bool) or sort_window < 1:
+            raise ValueError(f"`sort_window` must be a positive int (batches). Received: sort_window={sort_window!r}")
+        label_shapes = tuple([np.shape(c)[1]] if np.ndim(c) > 1 else [] for c in columns[1:])
         if shuffle:
             ds = ds.shuffle(count, seed=seed, reshuffle_each_iteration=True)
+            if sort_window > 1:
+                ds = _sorted_by_length(ds, batch_size * sort_window, (self.num_mel_bins, *label_shapes))
         ds = ds.map(lambda features, *rest: ((features, tf.shape(features)[0]), *rest))
-        label_shapes = tuple([np.shape(c)[1]] if np.ndim(c) > 1 else [] for c in columns[1:])
         ds = ds.padded_batch(batch_size, padded_shapes=(([None, self.num_mel_bins], []), *label_shapes))
+        if shuffle and sort_window > 1:
+            ds = ds.shuffle(sort_window, seed=seed + 1, reshuffle_each_iteration=True)
         ds = ds.map(without_autograph(lambda packed, *rest: (_pack(*packed, pad_to_multiple), *rest)))
         if augment:
             seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
@@ -193,6 +204,18 @@ class AudioPreprocessor(Preprocessor):
         return {**config, "sample_rate": self.sample_rate, "num_mel_bins": self.num_mel_bins,
                 "frame_length_ms": self.frame_length_ms, "frame_step_ms": self.frame_step_ms,
                 "max_seconds": self.max_seconds}
+
+
+def _sorted_by_length(ds, window, shapes):
+    """Elements `(features (frames, bins), *labels)` -> the same elements, each run of `window` sorted by frames."""
+    ds = ds.map(lambda features, *rest: ((features, tf.shape(features)[0]), *rest))
+    ds = ds.padded_batch(window, padded_shapes=(([None, shapes[0]], []), *[list(s) for s in shapes[1:]]))
+
+    def sort(packed, *rest):
+        order = tf.argsort(packed[1], stable=True)
+        return (tf.gather(packed[0], order), tf.gather(packed[1], order)), *[tf.gather(c, order) for c in rest]
+    ds = ds.map(without_autograph(sort)).unbatch()
+    return ds.map(without_autograph(lambda packed, *rest: (packed[0][:packed[1]], *rest)))
 
 
 def _pack(features, lengths, pad_to_multiple):
