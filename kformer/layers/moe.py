@@ -19,7 +19,10 @@ class MixtureOfExperts(keras.layers.Layer):
     `causal=True`, in sequence order, so that whether a token is kept depends
     only on it and the tokens before it, as a decoder needs); tokens over
     capacity get a zero output, so the residual passes them through (Switch
-    Transformer, Fedus et al. 2021). The load-balancing loss
+    Transformer, Fedus et al. 2021). Capacity is a training device: outside
+    training every token reaches its `top_k` experts, so a decoder's full
+    pass gives the same outputs as its cached steps (one token at a time,
+    which no capacity can cut). The load-balancing loss
     `num_experts * sum_e f_e * P_e` (f: fraction of tokens whose first choice
     is e, P: mean router probability of e) is added with `add_loss`, scaled by
     `aux_loss_weight`; it is 1 for perfectly balanced routing. Each training
@@ -32,7 +35,7 @@ class MixtureOfExperts(keras.layers.Layer):
         num_experts: int. Number of expert feed-forwards.
         intermediate_dim: int. Hidden width of each expert.
         top_k: int. Experts per token. Defaults to `1` (Switch); `2` is GShard.
-        capacity_factor: float. Slack over an even split. Defaults to `1.25`.
+        capacity_factor: float. Slack over an even split, in training. Defaults to `1.25`.
         activation: Expert activation. Defaults to `"relu"`.
         dropout: float. Dropout on expert hidden activations. Defaults to `0.0`.
         aux_loss_weight: float. Weight of the balancing loss. Defaults to `0.01`.
@@ -135,8 +138,11 @@ class MixtureOfExperts(keras.layers.Layer):
         ratio = fractions.Fraction(self.capacity_factor * self.top_k / self.num_experts).limit_denominator(10**6)
         return -(-(sequence_length * ratio.numerator) // ratio.denominator)
 
-    def route(self, inputs, padding_mask=None):
+    def route(self, inputs, padding_mask=None, training=None):
         """Router decisions for `inputs` `(batch, seq, dim)`.
+
+        With `training=True` each expert takes at most `capacity(seq)` tokens;
+        otherwise every token keeps its `top_k` choices (capacity `seq`).
 
         Returns a dict: `router_probs` `(batch, seq, experts)`, `expert_index`
         and `gates` `(batch, seq, top_k)`, and the float32 `dispatch` and
@@ -158,7 +164,7 @@ class MixtureOfExperts(keras.layers.Layer):
             by_rank = ops.reshape(ops.transpose(choice, (0, 2, 1, 3)), (-1, k * seq, experts))
             position = ops.cumsum(by_rank, axis=1) - 1.0  # (batch, k * seq, experts)
             position = ops.transpose(ops.reshape(position, (-1, k, seq, experts)), (0, 2, 1, 3))
-        capacity = self.capacity(seq)
+        capacity = self.capacity(seq) if training else seq  # inference drops no token
         kept = choice * ops.cast(position < ops.cast(capacity, "float32"), "float32")
         slots = ops.cast(ops.arange(capacity), "float32")
         slot = ops.cast(ops.equal(position[..., None], slots), "float32") * kept[..., None]
@@ -214,7 +220,7 @@ class MixtureOfExperts(keras.layers.Layer):
         if inputs.shape[1] == 0:  # an empty sequence: no token to route, nothing to compute
             return ops.zeros_like(inputs)
         padding_mask = mask if padding_mask is None else padding_mask
-        routing = self.route(inputs, padding_mask)
+        routing = self.route(inputs, padding_mask, training=training)
         balancing_loss = self.balancing_loss(routing, padding_mask)
         if self.aux_loss_weight:
             self.add_loss(self.aux_loss_weight * balancing_loss)

@@ -60,8 +60,8 @@ class CausalLM(GenerativeTask):
             Defaults to `None`: `intermediate_dim` (`intermediate_dim // top_k`
             gives the dense model's feed-forward FLOPs per token).
         capacity_factor: float. Expert capacity over an even split of a
-            sequence's token choices; choices over it are dropped (the residual
-            passes the token through). Defaults to `1.25`.
+            sequence's token choices; in training, choices over it are dropped
+            (the residual passes the token through). Defaults to `1.25`.
         preprocessor: `kformer.data.preprocessors.CausalLMPreprocessor` or None.
 
     Attributes: `token_embedding`, `decoder_blocks`, `final_norm`,

@@ -39,16 +39,22 @@ def test_every_token_goes_to_its_top_k_experts(top_k):
         np.testing.assert_allclose(routing["gates"].sum(-1), 1.0, rtol=1e-6)
 
 
-def test_tokens_over_capacity_are_dropped():
+def test_tokens_over_capacity_are_dropped_in_training_only():
     layer = MixtureOfExperts(2, 8, capacity_factor=0.5)  # capacity = ceil(0.5 * 6 / 2) = 2
     layer(X)
     layer.router.set_weights([np.concatenate([np.ones((8, 1)), -np.ones((8, 1))], 1) * 0])
-    routing = {k: to_numpy(v) for k, v in layer.route(X).items()}
+    routing = {k: to_numpy(v) for k, v in layer.route(X, training=True).items()}
     assert routing["dispatch"].shape[-1] == 2
     kept = routing["dispatch"].sum(axis=(2, 3))  # ties route every token to expert 0
     np.testing.assert_array_equal(kept, [[1, 1, 0, 0, 0, 0]] * 2)
-    out = to_numpy(layer(X))
+    out = to_numpy(layer(X, training=True))
     np.testing.assert_allclose(out[:, 2:], 0.0)
+    # Outside training every token reaches its expert: each output is expert 0's on that token alone,
+    # times its gate (0.5: the zero router's probability).
+    assert to_numpy(layer.route(X)["dispatch"]).sum(axis=(2, 3)).tolist() == [[1.0] * 6] * 2
+    inference = to_numpy(layer(X))
+    np.testing.assert_allclose(inference, 0.5 * _expert(layer, 0, X), atol=1e-5)
+    np.testing.assert_allclose(inference[:, :2], out[:, :2], atol=1e-6)
 
 
 def _loss_for_router(kernel, x):
@@ -97,14 +103,15 @@ def test_causal_routing_never_lets_a_later_token_change_an_earlier_output():
     changed = x.copy()
     changed[:, 4:] = rng.normal(size=(3, 8, 8))
     causal = MixtureOfExperts(4, 16, top_k=2, capacity_factor=0.5, causal=True)
-    before, after = to_numpy(causal(x)), to_numpy(causal(changed))
+    before, after = to_numpy(causal(x, training=True)), to_numpy(causal(changed, training=True))
     np.testing.assert_allclose(after[:, :4], before[:, :4], atol=1e-6)
     # GShard's order (first choices first) is not causal: a later first choice can take an earlier token's slot
     by_rank = MixtureOfExperts(4, 16, top_k=2, capacity_factor=0.5)
     by_rank.build(x.shape)
     for weights_from, weights_to in zip(causal.weights, by_rank.weights):
         weights_to.assign(weights_from)
-    assert not np.allclose(to_numpy(by_rank(changed))[:, :4], to_numpy(by_rank(x))[:, :4], atol=1e-6)
+    assert not np.allclose(to_numpy(by_rank(changed, training=True))[:, :4],
+                           to_numpy(by_rank(x, training=True))[:, :4], atol=1e-6)
     assert MixtureOfExperts.from_config(causal.get_config()).causal
 
 

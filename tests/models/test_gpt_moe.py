@@ -87,11 +87,18 @@ def test_save_and_load_keep_the_outputs_and_the_expert_settings(trained, tmp_pat
     np.testing.assert_array_equal(to_numpy(loaded.experts[0].routed_tokens), to_numpy(model.experts[0].routed_tokens))
 
 
-def test_generate_with_the_cache_equals_without_when_nothing_is_dropped():
+def test_inference_drops_no_token_so_cached_generation_equals_the_full_pass():
     keras.utils.set_random_seed(1)
-    # capacity_factor = num_experts / top_k: every expert can take every token, so no choice is dropped
-    # and routing a token alone (a cached step) or with the whole buffer gives the same output.
-    model = models.causal_lm(**SMALL, capacity_factor=2.0)
+    # capacity = ceil(0.5 * 2 * 16 / 4) = 4 of 32 choices: a training pass drops most of them; inference
+    # routes every token to its experts, as a cached step (one token alone) always does.
+    model = models.causal_lm(**SMALL, capacity_factor=0.5)
+    tokens = TOKENS[:2, :SEQ]
+    full = to_numpy(model(tokens))
+    assert not np.allclose(to_numpy(model(tokens, training=True)), full, atol=1e-3)  # dropout is 0: the cut
+    cache = model.empty_cache(2, SEQ, "float32")
+    for t in range(SEQ):
+        logits, cache = model.call_with_cache(tokens[:, t:t + 1], cache, t, {})
+        np.testing.assert_allclose(to_numpy(logits)[:, -1, 1:], full[:, t, 1:], atol=1e-4)  # id 0: padding, banned
     prompts = np.array([[5, 9, 12, 7], [5, 30, 0, 0]], "int32")
     cached = model.generate(prompts, max_length=8)
     assert cached.shape == (2, 8) and np.all((cached[:, 4:] > 0) & (cached[:, 4:] < VOCAB))
