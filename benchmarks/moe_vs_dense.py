@@ -1,6 +1,6 @@
 """Mixture of experts vs dense: `gpt_moe_tiny` against `gpt_tiny` at the same FLOPs per token and wall budget.
 
-    nice -n 10 python benchmarks/moe_vs_dense.py --budget 150              # IMDB unlabeled, JAX
+    KERAS_BACKEND=jax python benchmarks/moe_vs_dense.py --budget 300        # IMDB unlabeled, JAX
     python benchmarks/moe_vs_dense.py --budget 20 --max-examples 400       # quick look
     python benchmarks/moe_vs_dense.py --simulate-devices 8 --steps 6       # expert parallelism, 8 CPU devices
 
@@ -11,8 +11,14 @@ unlabeled reviews (`--data-dir`, default the full 50k set in
 learned on the rest), with the same AdamW, batch and sequence length, for
 `--budget` seconds of training each. The two models take turns of
 `--chunk` steps, so a busy shared machine slows both alike; the first step of
-each (compilation) is not counted. Then each is scored on the held-out
-windows: validation perplexity, training (per wall and per CPU second of
+each (compilation) is not counted. The default 20,000 reviews hold more
+windows than a 300-second budget trains on, so neither model sees a window
+twice (the run prints how many passes it made). Every `--eval-every` steps
+both are scored on the held-out windows (outside the budget): the curve goes
+to benchmarks/results/moe_vs_dense_curve.csv and, with `--figure`, to a plot
+of validation perplexity against training tokens (the quality a token buys)
+and against training seconds (what the wall budget buys). At the end each is
+scored on the held-out windows: validation perplexity, training (per wall and per CPU second of
 this process: the machine is shared) and evaluation tokens per second,
 parameters (all, and active per token), FLOPs per token (nominal: the
 matmuls a token needs; as computed: this MoE's dense dispatch computes every
@@ -31,7 +37,8 @@ devices on JAX (`XLA_FLAGS=--xla_force_host_platform_device_count=N`):
 next to an unsharded copy from the same weights (losses compared), both timed.
 
 Writes (appends to) benchmarks/results/moe_vs_dense.csv, one row per model
-(and per simulated run), each with the command, commit, date, machine and backend.
+(and per simulated run), and moe_vs_dense_curve.csv, one row per model and
+score, each with the command, commit, date, machine and backend.
 """
 
 import argparse
@@ -47,13 +54,13 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RESULTS = ROOT / "benchmarks" / "results" / "moe_vs_dense.csv"
 FULL_DATA = pathlib.Path("/work/shared/data")
 HEADER = ["model", "budget_s", "train_steps", "train_tokens", "train_s", "train_cpu_s", "train_tokens_per_s",
           "train_tokens_per_cpu_s",
           "eval_tokens_per_s", "validation_perplexity", "validation_tokens", "params", "active_params_per_token",
           "flops_per_token_nominal", "flops_per_token_computed", "moe_balancing_loss", "moe_dropped_fraction",
           "compile_s", "setup"]
+CURVE_HEADER = ["model", "train_steps", "train_tokens", "train_s", "validation_perplexity"]
 
 
 def parse_args(argv=None):
@@ -61,7 +68,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=150.0, help="training seconds per model (after compiling)")
     p.add_argument("--chunk", type=int, default=10, help="steps per turn before the other model trains")
-    p.add_argument("--max-examples", type=int, default=4000, help="reviews read (then 5 %% held out)")
+    p.add_argument("--max-examples", type=int, default=20000, help="reviews read (then 5 %% held out)")
     p.add_argument("--data-dir", default=str(FULL_DATA) if (FULL_DATA / "imdb" / "unsup.jsonl.gz").is_file()
                    else None)
     p.add_argument("--vocabulary-size", type=int, default=8000)
@@ -69,13 +76,16 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--max-validation-windows", type=int, default=256)
+    p.add_argument("--eval-every", type=int, default=100, help="training steps between validation scores")
+    p.add_argument("--figure", type=pathlib.Path, default=None,
+                   help="write the validation curves here (PNG), e.g. docs/results/moe_vs_dense_curves.png")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--simulate-devices", type=int, default=0, help="run the expert-parallel check on N devices")
     p.add_argument("--steps", type=int, default=6, help="training steps of the simulated-device run")
     p.add_argument("--no-write", action="store_true", help="print the rows, do not append them to the CSV")
     p.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("budget", "chunk", "max_examples", "batch_size", "steps"):
+    for name in ("budget", "chunk", "max_examples", "batch_size", "steps", "eval_every"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     return args
@@ -150,18 +160,23 @@ def compare(args):
     train, val, tokenizer = load_windows(args)
     names = ("gpt_tiny", "gpt_moe_tiny")
     runs = {name: {"model": build(name, tokenizer.vocabulary_size, args), "steps": 0, "seconds": 0.0,
-                   "cpu": 0.0, "logs": {}} for name in names}
+                   "cpu": 0.0, "logs": {}, "curve": []} for name in names}
     order = np.random.default_rng(args.seed).permutation(len(train))
     batches = len(order) // args.batch_size
+    tokens_per_step = args.batch_size * args.sequence_length
 
     def batch(step):  # both models see the same batches in the same order
         rows = train[order[(step % batches) * args.batch_size:(step % batches + 1) * args.batch_size]]
         return rows[:, :-1], rows[:, 1:]
 
+    def validation_loss(model):
+        return model.evaluate(val[:, :-1], val[:, 1:], batch_size=args.batch_size, verbose=0)[0]
+
     for run in runs.values():  # the first step compiles: timed apart, trained on like any other
         start = time.time()
         run["model"].train_on_batch(*batch(0))
         run["compile_s"], run["steps"] = time.time() - start, 1
+        run["model"].evaluate(val[:args.batch_size, :-1], val[:args.batch_size, 1:], verbose=0)  # compiles
     while any(run["seconds"] < args.budget for run in runs.values()):
         for name, run in runs.items():
             if run["seconds"] >= args.budget:
@@ -175,19 +190,22 @@ def compare(args):
             run["seconds"] += time.time() - start
             run["cpu"] += time.process_time() - cpu
             run["logs"] = {k: float(v) for k, v in logs.items()}
+            if run["steps"] // args.eval_every > len(run["curve"]):  # outside the budget's clock
+                run["curve"].append((run["steps"], run["seconds"], math.exp(validation_loss(run["model"]))))
         print("  ".join(f"{n}: {r['steps']} steps, {r['seconds']:.0f} s, loss {r['logs'].get('loss', 0):.3f}"
                         for n, r in runs.items()), flush=True)
     rows = []
-    tokens_per_step = args.batch_size * args.sequence_length
     for name, run in runs.items():
         model = run["model"]
-        model.evaluate(val[:args.batch_size, :-1], val[:args.batch_size, 1:], verbose=0)  # compiles
         start = time.time()
-        val_loss = model.evaluate(val[:, :-1], val[:, 1:], batch_size=args.batch_size, verbose=0)[0]
+        val_loss = validation_loss(model)
         eval_s = time.time() - start
+        run["curve"].append((run["steps"], run["seconds"], math.exp(val_loss)))
         config = {**model.get_config(), "vocabulary_size": tokenizer.vocabulary_size}
         nominal, computed = flops_per_token(config, moe_capacity_factor=config["capacity_factor"])
         timed_steps = run["steps"] - 1
+        passes = run["steps"] / batches
+        print(f"{name}: {run['steps']} steps = {passes:.2f} passes over the {len(train)} training windows")
         rows.append([
             name, args.budget, run["steps"], run["steps"] * tokens_per_step, round(run["seconds"], 1),
             round(run["cpu"], 1), round(timed_steps * tokens_per_step / run["seconds"]),
@@ -199,10 +217,55 @@ def compare(args):
             round(run["compile_s"], 1),
             f"IMDB unsup first {args.max_examples} reviews ({'full set' if args.data_dir else 'bundled'}), "
             f"vocab {tokenizer.vocabulary_size}, seq {args.sequence_length}, batch {args.batch_size}, "
-            f"AdamW {args.learning_rate}, turns of {args.chunk} steps, seed {args.seed}, "
+            f"AdamW {args.learning_rate}, turns of {args.chunk} steps, {passes:.2f} passes over "
+            f"{len(train)} windows, seed {args.seed}, "
             f"{os.cpu_count()} cores shared (load {os.getloadavg()[0]:.1f} at the end)",
         ])
-    return rows, keras.backend.backend()
+    curve = [[name, steps, steps * tokens_per_step, round(seconds, 1), round(perplexity, 2)]
+             for name, run in runs.items() for steps, seconds, perplexity in run["curve"]]
+    print(equal_steps_summary(curve))
+    return rows, curve, keras.backend.backend()
+
+
+def equal_steps_summary(curve):
+    """'at step S (the last both reached): gpt_tiny P, gpt_moe_tiny Q' from the curve rows."""
+    by_model = {}
+    for name, steps, _, _, perplexity in curve:
+        by_model.setdefault(name, {})[steps] = perplexity
+    common = set.intersection(*(set(points) for points in by_model.values()))
+    if not common:
+        return "no step count both models were scored at"
+    step = max(common)
+    return f"at step {step} (the last both were scored at): " + ", ".join(
+        f"{name} {points[step]:.2f}" for name, points in by_model.items())
+
+
+def plot_curve(curve, path):
+    """Validation perplexity against training tokens and against training seconds, one line per model."""
+    from kformer.viz._common import pyplot
+
+    plt = pyplot()
+    import matplotlib.ticker
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name in dict.fromkeys(row[0] for row in curve):
+        points = [row for row in curve if row[0] == name]
+        for ax, x in zip(axes, (2, 3)):
+            ax.plot([p[x] for p in points], [p[4] for p in points], marker="o", label=name)
+    axes[0].set(xlabel="training tokens", ylabel="validation perplexity", title="at equal tokens (steps)")
+    axes[1].set(xlabel="training seconds (this CPU)", title="at equal wall time")
+    for ax in axes:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+    fig.suptitle("gpt_moe_tiny (top-2 of 8 experts) against dense gpt_tiny, same multiply-adds per token")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def simulate(args):
@@ -270,7 +333,12 @@ def main(argv=None):
                "XLA_FLAGS": f"--xla_force_host_platform_device_count={args.simulate_devices}"}
         command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--_child"]
         return subprocess.run(command, env=env, check=True).returncode
-    rows, backend = simulate(args) if args.simulate_devices else compare(args)
+    if args.simulate_devices:
+        (rows, backend), curve = simulate(args), []
+    else:
+        rows, curve, backend = compare(args)
+        if args.figure:
+            print(f"figure: {plot_curve(curve, args.figure)}")
     for row in rows:
         print(dict(zip(HEADER, row)))
     if not args.no_write:
@@ -278,8 +346,13 @@ def main(argv=None):
 
         if args._child:  # the row's command is the one a user types, without the child flag
             sys.argv = [a for a in sys.argv if a != "--_child"]
-        provenance.write_csv(RESULTS, HEADER, rows, backend=backend, append=True)
-        print(f"appended {len(rows)} rows to {RESULTS}")
+        results = provenance.results_file("moe_vs_dense.csv")
+        provenance.write_csv(results, HEADER, rows, backend=backend, append=True)
+        print(f"appended {len(rows)} rows to {results}")
+        if curve:
+            curve_file = provenance.results_file("moe_vs_dense_curve.csv")
+            provenance.write_csv(curve_file, CURVE_HEADER, curve, backend=backend, append=True)
+            print(f"appended {len(curve)} rows to {curve_file}")
     return 0
 
 

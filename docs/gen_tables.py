@@ -78,22 +78,49 @@ def ood(_=None):
 
 
 def moe(_=None):
-    """The mixture-of-experts language model beside the dense one (`moe_vs_dense.csv`)."""
-    rows = read("moe_vs_dense.csv")
-    return table(["model", "wall budget s", "steps", "train tokens/s", "validation perplexity", "parameters",
-                  "used per token", "balancing loss", "dropped", "measured", "command"],
+    """The mixture-of-experts language model beside the dense one: the newest row of each model in
+    `moe_vs_dense.csv` (earlier runs stay in the file), with, from `moe_vs_dense_curve.csv`, each model's
+    validation perplexity at the last step count both models of that run were scored at."""
+    rows = list({r["model"]: r for r in read("moe_vs_dense.csv")}.values())
+    curves = {}
+    for r in read("moe_vs_dense_curve.csv"):
+        curves.setdefault((r["command"], r["commit"], r["date"]), {}).setdefault(r["model"], {})[
+            int(r["train_steps"])] = r["validation_perplexity"]
+
+    def equal_steps(row):
+        run = curves.get((row["command"], row["commit"], row["date"]), {})
+        if row["model"] not in run or len(run) < 2:
+            return "-"
+        step = max(set.intersection(*(set(points) for points in run.values())), default=None)
+        return f"{run[row['model']][step]} (step {step})" if step else "-"
+
+    return table(["model", "wall budget s", "steps", "train tokens/s", "validation perplexity",
+                  "at equal steps", "parameters", "used per token", "balancing loss", "dropped", "measured",
+                  "command"],
                  [(r["model"], r["budget_s"] or "-", r["train_steps"], r["train_tokens_per_s"],
                    f"**{r['validation_perplexity']}**" if r["validation_perplexity"] else "- (speed only)",
-                   r["params"], r["active_params_per_token"],
+                   equal_steps(r), r["params"], r["active_params_per_token"],
                    r["moe_balancing_loss"] or "-", r["moe_dropped_fraction"] or "-", measured(r),
                    f"`{r['command']}`") for r in rows])
 
 
+# quality_vs_anchor.csv's score keys -> (label, scale) as the anchor tables show them
+SCORE_LABELS = {"test_accuracy": ("test accuracy (%)", 100), "test_top1": ("test top-1 (%)", 100),
+                "test_bleu": ("BLEU", 1), "test_chrf": ("chrF", 1),
+                "test_digit_error_rate": ("test digit error rate (%)", 100),
+                "test_utterance_accuracy": ("test utterance accuracy (%)", 100)}
+
+
 def anchors(task):
-    """kformer beside the example it is judged against, for one task of `anchors.csv`."""
+    """kformer beside the example it is judged against, for one task: the rows of `anchors.csv` (transcribed
+    from earlier pages) and those `benchmarks/quality_vs_anchor.py` wrote to `quality_vs_anchor.csv`."""
     rows = [r for r in read("anchors.csv") if r["task"] == task]
+    for r in read("quality_vs_anchor.csv"):
+        if r["task"] == task and r["metric"] in SCORE_LABELS:
+            label, scale = SCORE_LABELS[r["metric"]]
+            rows.append({**r, "metric": label, "value": f"{float(r['value']) * scale:.2f}"})
     if not rows:
-        raise ValueError(f"benchmarks/results/anchors.csv has no row for task {task!r}.")
+        raise ValueError(f"benchmarks/results/anchors.csv and quality_vs_anchor.csv have no row for task {task!r}.")
     return table(["model", "epochs", "`fit` s", "wall s", "metric", "value", "measured"],
                  [(r["model"], r["epochs"] or "-", r["fit_s"] or "-", r["wall_s"] or "-", r["metric"], r["value"],
                    measured(r)) for r in rows]) + f"\n`{rows[0]['command']}`\n"
