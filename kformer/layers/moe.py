@@ -39,7 +39,9 @@ class MixtureOfExperts(keras.layers.Layer):
         activation: Expert activation. Defaults to `"relu"`.
         dropout: float. Dropout on expert hidden activations. Defaults to `0.0`.
         aux_loss_weight: float. Weight of the balancing loss. Defaults to `0.01`.
-        kernel_initializer: Defaults to `"glorot_uniform"`.
+        kernel_initializer: Defaults to `"glorot_uniform"`. Each expert's
+            kernel is initialized as a `Dense` kernel of its own shape
+            (`expert_initializer`).
         causal: bool. Fill expert slots in sequence order (token by token,
             each token's choices in rank order) instead of all first choices
             first. Decoder blocks set it. Defaults to `False`.
@@ -110,12 +112,12 @@ class MixtureOfExperts(keras.layers.Layer):
         experts, hidden = self.num_experts, self.intermediate_dim
         self.inner_kernel = self.add_weight(
             name="inner_kernel", shape=(experts, dim, hidden),
-            initializer=clone_initializer(self.kernel_initializer),
+            initializer=expert_initializer(self.kernel_initializer, experts),
         )
         self.inner_bias = self.add_weight(name="inner_bias", shape=(experts, hidden), initializer="zeros")
         self.outer_kernel = self.add_weight(
             name="outer_kernel", shape=(experts, hidden, dim),
-            initializer=clone_initializer(self.kernel_initializer),
+            initializer=expert_initializer(self.kernel_initializer, experts),
         )
         self.outer_bias = self.add_weight(name="outer_bias", shape=(experts, dim), initializer="zeros")
         # The last training batch's routing (diagnostics, not parameters); `routing_statistics()`.
@@ -250,3 +252,29 @@ class MixtureOfExperts(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "causal": self.causal,
         }
+
+
+def expert_initializer(initializer, num_experts):
+    """`initializer` for an `(num_experts, fan_in, fan_out)` kernel, each expert drawn as a `Dense` kernel
+    `(fan_in, fan_out)` would be.
+
+    Keras counts a 3-D kernel's leading axis into both fans, as a convolution's
+    receptive field, so a variance-scaling initializer (Glorot, He, LeCun)
+    would draw every expert with `num_experts` times too small a variance;
+    its scale is multiplied back. Other initializers do not use the fans and
+    are returned as they are (a fresh copy).
+
+    Example:
+
+    >>> import numpy as np
+    >>> kernel = np.asarray(expert_initializer("glorot_uniform", 8)((8, 128, 256)))
+    >>> round(float(kernel.std() / np.sqrt(2 / (128 + 256))), 1)  # Glorot's standard deviation for (128, 256)
+    1.0
+    """
+    initializer = clone_initializer(initializer)
+    if not isinstance(initializer, keras.initializers.VarianceScaling):
+        return initializer
+    return keras.initializers.VarianceScaling(
+        scale=initializer.scale * num_experts, mode=initializer.mode,
+        distribution=initializer.distribution, seed=initializer.seed,
+    )

@@ -122,3 +122,23 @@ def test_decoder_blocks_route_causally_and_encoder_blocks_do_not():
     encoder = TransformerEncoderBlock(2, 16, num_experts=4, top_k=2)
     decoder(X), encoder(X)
     assert decoder.feed_forward.causal and not encoder.feed_forward.causal
+
+
+@pytest.mark.parametrize("initializer", ["glorot_uniform", "he_normal", "lecun_normal"])
+def test_each_expert_is_initialized_as_a_dense_kernel_of_its_shape(initializer):
+    import keras
+
+    layer = MixtureOfExperts(num_experts=8, intermediate_dim=64, kernel_initializer=initializer)
+    layer.build((2, 6, 32))
+
+    def dense_std(fan_in, fan_out):
+        dense = keras.layers.Dense(fan_out, kernel_initializer=initializer)
+        dense.build((None, fan_in))
+        return to_numpy(dense.kernel).std()
+
+    for kernel, want in ((layer.inner_kernel, dense_std(32, 64)), (layer.outer_kernel, dense_std(64, 32))):
+        np.testing.assert_allclose(to_numpy(kernel).std(axis=(1, 2)), want, rtol=0.1)  # 2,048 draws an expert
+    fixed = MixtureOfExperts(num_experts=8, intermediate_dim=64,
+                             kernel_initializer=keras.initializers.RandomNormal(stddev=0.02))
+    fixed.build((2, 6, 32))
+    np.testing.assert_allclose(to_numpy(fixed.inner_kernel).std(), 0.02, rtol=0.05)  # no fans: left alone
