@@ -9,8 +9,9 @@
 Utterances of 1-7 digits are built by joining recordings of one speaker
 with short seeded silences (`kformer.data.spoken_digits`): training ones
 from the official training recordings (indices 5-49, less a seeded 10 %
-kept for validation), test ones only from the official test recordings
-(indices 0-4), each used `--test-passes` times. The model is a
+kept for validation), their leading and trailing silences 0-0.3 s, so some
+start or end right at the speech; test ones only from the official test
+recordings (indices 0-4), each used `--test-passes` times. The model is a
 `SpeechRecognizer` (Conformer encoder + CTC head over the digits) on 40
 log-mel features (`AudioPreprocessor`, SpecAugment on training batches,
 which hold recordings of similar length), trained with the CTC loss and
@@ -18,8 +19,10 @@ AdamW, gradients clipped to a global norm of `--clip-norm`, the learning
 rate warming up and then decaying to 0 over `--epochs` (early stopping
 waits as long). It reports the digit error rate (edit distance /
 reference digits) and the utterance accuracy on the test utterances,
-and, as `ood_speaker_*`, on utterances of one speaker (`--ood-speaker`)
-from a second model trained without that speaker.
+as `ood_isolated_*` on the official test recordings one by one, as
+published (one digit, trimmed, no silence added), and, as `ood_speaker_*`,
+on utterances of one speaker (`--ood-speaker`) from a second model trained
+without that speaker.
 
 Writes `<output-dir>/<preset>_fsdd/<version>/`: the TF Serving SavedModel
 (`speech_to_text`: WAV bytes in, `transcript` out), `model.keras`,
@@ -41,6 +44,7 @@ LIMITS = ["Digits 0-9 only, from 6 adult male speakers reading in quiet rooms (F
           "strings run words together (co-articulation) and will score worse.",
           "Audio is resampled to 8 kHz: content above 4 kHz is discarded."]
 SPECTROGRAM = "spectrogram.png"
+TRAIN_EDGE_SECONDS = (0.0, 0.3)  # leading / trailing silence of training utterances: some start right at speech
 
 
 def parse_args(argv=None):
@@ -82,10 +86,11 @@ def split_validation(recordings, seed):
     return [recordings[i] for i in sorted(order[cut:])], [recordings[i] for i in sorted(order[:cut])]
 
 
-def utterances(args, recordings, seed, count=None, passes=None):
+def utterances(args, recordings, seed, count=None, passes=None, edge_seconds=None):
     from kformer.data import spoken_digits
 
-    audio, texts = spoken_digits.make_utterances(recordings, count=count, passes=passes, seed=seed)
+    audio, texts = spoken_digits.make_utterances(recordings, count=count, passes=passes, seed=seed,
+                                                 edge_seconds=edge_seconds)
     limit = args.max_examples or len(texts)
     return audio[:limit], texts[:limit]
 
@@ -95,8 +100,9 @@ def splits(args):
     the recipe's utterances (`benchmarks/quality_vs_anchor.py` trains its anchor on the same)."""
     train_recordings, val_recordings = split_validation(load(args, "train"), args.seed)
     test_recordings = load(args, "test")
-    train_data = utterances(args, train_recordings, args.seed, count=args.train_utterances)
-    val_data = utterances(args, val_recordings, args.seed + 1, passes=1)
+    train_data = utterances(args, train_recordings, args.seed, count=args.train_utterances,
+                            edge_seconds=TRAIN_EDGE_SECONDS)
+    val_data = utterances(args, val_recordings, args.seed + 1, passes=1, edge_seconds=TRAIN_EDGE_SECONDS)
     test_data = utterances(args, test_recordings, 0, passes=args.test_passes)  # the same whatever --seed
     return train_recordings, val_recordings, (train_data, val_data, test_data)
 
@@ -231,7 +237,11 @@ def main(argv=None):
     metrics.update({"test_examples": len(test_data[1]), "test_digit_examples": sum(map(len, test_data[1])),
                     "train_examples": len(train_data[1]), "validation_examples": len(val_data[1]),
                     "epochs": args.epochs, "train_seconds": round(seconds, 1), "backend": keras.backend.backend()})
-    ood = {}
+    isolated = load(args, "test")[:args.max_examples or None]  # one digit each, as published: no silence added
+    isolated_scores, _ = scores(model, [r.waveform for r in isolated], [r.digit for r in isolated], "ood_isolated_")
+    metrics.update({**isolated_scores, "isolated_examples": len(isolated)})
+    what = "the official test recordings one by one, as published (one digit, trimmed, no silence added)"
+    ood = {f"ood_isolated_{k}": what for k in ("digit_error_rate", "utterance_accuracy")}
     if args.ood_speaker:
         held_out = [r for r in train_recordings + val_recordings if r.speaker != args.ood_speaker]
         if len(held_out) == len(train_recordings) + len(val_recordings):
@@ -241,14 +251,16 @@ def main(argv=None):
         ood_test = utterances(args, load(args, "all", speakers=[args.ood_speaker]), 0, passes=1)
         print(f"held-out speaker {args.ood_speaker}: training a second model without it", flush=True)
         ood_model, ood_seconds = train(args, name, work_dir / "held_out_speaker",
-                                       utterances(args, ood_train, args.seed, count=args.train_utterances),
-                                       utterances(args, ood_val, args.seed + 1, passes=1), scope)
+                                       utterances(args, ood_train, args.seed, count=args.train_utterances,
+                                                  edge_seconds=TRAIN_EDGE_SECONDS),
+                                       utterances(args, ood_val, args.seed + 1, passes=1,
+                                                  edge_seconds=TRAIN_EDGE_SECONDS), scope)
         ood_scores, _ = scores(ood_model, *ood_test, "ood_speaker_")
         metrics.update({**ood_scores, "held_out_speaker_examples": len(ood_test[1]),
                         "held_out_model_train_seconds": round(ood_seconds, 1)})
         what = (f"utterances of speaker {args.ood_speaker} (all of their recordings, each used once) from a "
                 f"second model trained the same way without that speaker")
-        ood = {f"ood_speaker_{k}": what for k in ("digit_error_rate", "utterance_accuracy")}
+        ood.update({f"ood_speaker_{k}": what for k in ("digit_error_rate", "utterance_accuracy")})
     metrics["samples"] = [{"reference": r, "transcript": h} for r, h in list(zip(test_data[1], hypotheses))[:8]]
     config = {"preset": args.preset, **models.get_preset(args.preset), "vocabulary": model.vocabulary,
               "preprocessor": model.preprocessor.get_config(), "dataset": "fsdd", "ood_speaker": args.ood_speaker}
@@ -259,6 +271,8 @@ def main(argv=None):
         example=example))
     print(f"test digit error rate {metrics['test_digit_error_rate']:.4f}, utterance accuracy "
           f"{metrics['test_utterance_accuracy']:.4f} on {len(test_data[1])} utterances")
+    print(f"isolated test recordings (one digit, no silence added): digit error rate "
+          f"{metrics['ood_isolated_digit_error_rate']:.4f}, accuracy {metrics['ood_isolated_utterance_accuracy']:.4f}")
     if args.ood_speaker:
         print(f"held-out speaker {args.ood_speaker}: digit error rate {metrics['ood_speaker_digit_error_rate']:.4f}, "
               f"utterance accuracy {metrics['ood_speaker_utterance_accuracy']:.4f}")

@@ -159,13 +159,14 @@ def load_recordings_tfds(split, speakers=None, exclude_speakers=()):
 
 
 def make_utterances(recordings, count=None, seed=0, min_digits=1, max_digits=7, passes=None,
-                    gap_seconds=(0.05, 0.3)):
+                    gap_seconds=(0.05, 0.3), edge_seconds=None):
     """Join recordings of one speaker into digit-string utterances: `(waveforms, transcripts)`.
 
     Each utterance takes 1-7 (`min_digits`-`max_digits`) recordings of one
     speaker, chosen with `numpy.random.default_rng(seed)`, separated and
-    surrounded by silences of `gap_seconds` (uniform): Gaussian noise at half
-    the level of the recordings' own first and last 10 ms.
+    surrounded by silences of `gap_seconds` (uniform; the silences before the
+    first and after the last recording of `edge_seconds`): Gaussian noise at
+    half the level of the recordings' own first and last 10 ms.
 
     Args:
         recordings: list of `Recording`.
@@ -176,6 +177,10 @@ def make_utterances(recordings, count=None, seed=0, min_digits=1, max_digits=7, 
             recording is used exactly `passes` times (test sets).
         seed, min_digits, max_digits: ints. Defaults `0`, `1`, `7`.
         gap_seconds: `(low, high)` floats. Defaults to `(0.05, 0.3)`.
+        edge_seconds: `(low, high)` floats for the leading and trailing
+            silences; `(0.0, 0.3)` also makes utterances that start or end
+            right at the speech, as trimmed recordings do. Defaults to
+            `gap_seconds`.
 
     Returns:
         `(list of float32 waveforms at 8 kHz, list of str transcripts)`.
@@ -213,18 +218,18 @@ def make_utterances(recordings, count=None, seed=0, min_digits=1, max_digits=7, 
             pool = by_speaker[speakers[rng.choice(len(speakers), p=weights / weights.sum())]]
             take = int(rng.integers(min_digits, max_digits + 1))
             groups.append([pool[i] for i in rng.choice(len(pool), take, replace=take > len(pool))])
-    audio = [_join(group, rng, gap_seconds) for group in groups]
+    audio = [_join(group, rng, gap_seconds, edge_seconds or gap_seconds) for group in groups]
     return audio, ["".join(r.digit for r in group) for group in groups]
 
 
-def _join(group, rng, gap_seconds):
+def _join(group, rng, gap_seconds, edge_seconds):
     edge = SAMPLE_RATE // 100
     level = 0.5 * float(np.median([np.std(np.concatenate([r.waveform[:edge], r.waveform[-edge:]])) for r in group]))
 
-    def silence():
-        return rng.normal(0.0, level, int(rng.uniform(*gap_seconds) * SAMPLE_RATE)).astype(np.float32)
+    def silence(seconds):
+        return rng.normal(0.0, level, int(rng.uniform(*seconds) * SAMPLE_RATE)).astype(np.float32)
 
-    parts = [silence()]
-    for recording in group:
-        parts += [recording.waveform, silence()]
+    parts = [silence(edge_seconds)]
+    for i, recording in enumerate(group):
+        parts += [recording.waveform, silence(edge_seconds if i == len(group) - 1 else gap_seconds)]
     return np.clip(np.concatenate(parts), -1.0, 1.0)

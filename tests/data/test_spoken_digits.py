@@ -36,6 +36,23 @@ def test_utterances_join_one_speaker_and_are_seeded():
         assert len(waveform) >= sum(speech) + 400 * (len(text) + 1)
 
 
+def test_edge_silences_are_drawn_apart_from_the_gaps():
+    recordings = spoken_digits.load_recordings("test")
+    audio, texts = spoken_digits.make_utterances(recordings, count=6, seed=2, edge_seconds=(0.0, 0.0))
+    by_digit = {}
+    for r in recordings:
+        by_digit.setdefault(r.digit, []).append(r.waveform)
+    for waveform, text in zip(audio, texts):  # starts and ends right at a recording of its first and last digit
+        assert any(np.array_equal(waveform[:len(w)], np.clip(w, -1, 1)) for w in by_digit[text[0]])
+        assert any(np.array_equal(waveform[-len(w):], np.clip(w, -1, 1)) for w in by_digit[text[-1]])
+    single, digit = spoken_digits.make_utterances(recordings, count=3, seed=2, min_digits=1, max_digits=1,
+                                                  edge_seconds=(0.0, 0.0))
+    assert all(any(np.array_equal(a, w) for w in by_digit[d]) for a, d in zip(single, digit))  # as published
+    default, _ = spoken_digits.make_utterances(recordings, count=6, seed=2)
+    same, _ = spoken_digits.make_utterances(recordings, count=6, seed=2, edge_seconds=(0.05, 0.3))
+    assert all(np.array_equal(a, b) for a, b in zip(default, same))  # edges default to the gaps
+
+
 def test_test_utterances_use_each_test_recording_exactly_passes_times():
     recordings = spoken_digits.load_recordings("test")
     _, texts = spoken_digits.make_utterances(recordings, passes=3, seed=0)

@@ -23,14 +23,16 @@ def test_speech_recipe(tmp_path):
         "--verbose=2", "--seed=3", f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "conformer_speech_tiny_fsdd" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    for key in ("test_digit_error_rate", "ood_speaker_digit_error_rate"):
+    for key in ("test_digit_error_rate", "ood_speaker_digit_error_rate", "ood_isolated_digit_error_rate"):
         assert metrics[key] >= 0.0
-    for key in ("test_utterance_accuracy", "ood_speaker_utterance_accuracy"):
+    for key in ("test_utterance_accuracy", "ood_speaker_utterance_accuracy", "ood_isolated_utterance_accuracy"):
         assert 0.0 <= metrics[key] <= 1.0
+    assert metrics["isolated_examples"] == 16  # --max-examples of the bundled test recordings, one digit each
     assert metrics["train_examples"] == 16 and metrics["test_examples"] <= 16
     assert {"reference", "transcript"} <= set(metrics["samples"][0])
     card = (run_dir / "README.md").read_text()
     assert "## Out of distribution" in card and "| ood_speaker_digit_error_rate |" in card
+    assert "| ood_isolated_utterance_accuracy |" in card and "as published" in card
     assert "speech_to_text" in card
     assert_figures(run_dir, names=("curves.png", "attention.png", "spectrogram.png"), min_pixels=(100, 300))
     model = models.load(run_dir)
@@ -61,5 +63,6 @@ def test_speech_recipe_flags():
     assert optimizer.global_clipnorm == 1.0 and models.adamw(1e-3, 10).global_clipnorm is None
     with pytest.raises(SystemExit):
         train_speech.parse_args(["--preset=vit_tiny"])
+    assert train_speech.TRAIN_EDGE_SECONDS[0] == 0.0  # some training utterances start right at the speech
     assert train_speech.edit_distance("4071", "471") == 1 and train_speech.edit_distance("", "12") == 2
     assert np.isclose(train_speech.edit_distance("123", "321"), 2)
