@@ -200,6 +200,8 @@ def compare(args):
         start = time.time()
         val_loss = validation_loss(model)
         eval_s = time.time() - start
+        if run["curve"] and run["curve"][-1][0] == run["steps"]:  # scored in the loop at this very step
+            run["curve"].pop()
         run["curve"].append((run["steps"], run["seconds"], math.exp(val_loss)))
         config = {**model.get_config(), "vocabulary_size": tokenizer.vocabulary_size}
         nominal, computed = flops_per_token(config, moe_capacity_factor=config["capacity_factor"])

@@ -50,6 +50,7 @@ def test_short_run_writes_rows_curve_and_figure(tmp_path, monkeypatch, capsys):
         curve = list(csv.DictReader(f))
     for name in rows:  # every scored point, the last one the final figure
         points = [r for r in curve if r["model"] == name]
-        assert len(points) >= 2 and points[-1]["train_steps"] == rows[name]["train_steps"]
+        steps = [int(p["train_steps"]) for p in points]
+        assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == int(rows[name]["train_steps"])
         assert points[-1]["validation_perplexity"] == rows[name]["validation_perplexity"]
     assert figure.stat().st_size > 10_000 and figure.read_bytes()[:4] == b"\x89PNG"
