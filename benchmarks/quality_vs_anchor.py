@@ -138,7 +138,7 @@ def run_anchor(args):
                                                *(["--data-dir", args.data_dir] if args.data_dir else []),
                                                *(["--max-examples", str(args.max_examples)]
                                                  if args.max_examples else []), *args.recipe_args.split()])
-        _, _, (train, validation, test) = train_speech.splits(recipe_args)
+        _, (train, validation, test) = train_speech.splits(recipe_args)
         return {"keras ASR CTC example (small)": anchor.run(train, validation, test, epochs=args.anchor_epochs,
                                                            seed=args.seed, verbose=args.verbose)}
     from benchmarks.anchors import vit as anchor

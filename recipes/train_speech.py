@@ -97,16 +97,22 @@ def utterances(args, recordings, seed, count=None, passes=None, edge_seconds=Non
     return audio[:limit], texts[:limit]
 
 
+def training_utterances(args, train_recordings, val_recordings):
+    """`(train, validation)` utterances, each `(audio, transcripts)`, with `TRAIN_EDGE_SECONDS` edges: the
+    recognizer's and the held-out-speaker model's training data are built the same way."""
+    return (utterances(args, train_recordings, args.seed, count=args.train_utterances,
+                       edge_seconds=TRAIN_EDGE_SECONDS),
+            utterances(args, val_recordings, args.seed + 1, passes=1, edge_seconds=TRAIN_EDGE_SECONDS))
+
+
 def splits(args):
-    """`(train recordings, validation recordings, (train, validation, test))`, each split `(audio, transcripts)`:
-    the recipe's utterances (`benchmarks/quality_vs_anchor.py` trains its anchor on the same)."""
+    """`((train, validation, test) recordings, (train, validation, test) utterances)`, each utterance split
+    `(audio, transcripts)`: the recipe's data (`benchmarks/quality_vs_anchor.py` trains its anchor on the same)."""
     train_recordings, val_recordings = split_validation(load(args, "train"), args.seed)
     test_recordings = load(args, "test")
-    train_data = utterances(args, train_recordings, args.seed, count=args.train_utterances,
-                            edge_seconds=TRAIN_EDGE_SECONDS)
-    val_data = utterances(args, val_recordings, args.seed + 1, passes=1, edge_seconds=TRAIN_EDGE_SECONDS)
+    train_data, val_data = training_utterances(args, train_recordings, val_recordings)
     test_data = utterances(args, test_recordings, 0, passes=args.test_passes)  # the same whatever --seed
-    return train_recordings, val_recordings, (train_data, val_data, test_data)
+    return (train_recordings, val_recordings, test_recordings), (train_data, val_data, test_data)
 
 
 def edit_distance(reference, hypothesis):
@@ -230,7 +236,7 @@ def main(argv=None):
     scope = common.setup(args)
     name = f"{args.preset}_fsdd"
     work_dir = common.training_dir(args, name)
-    train_recordings, val_recordings, (train_data, val_data, test_data) = splits(args)
+    (train_recordings, val_recordings, test_recordings), (train_data, val_data, test_data) = splits(args)
     print(f"utterances: {len(train_data[1])} train, {len(val_data[1])} validation, {len(test_data[1])} test "
           f"({sum(map(len, test_data[1]))} digits)", flush=True)
     model, seconds = train(args, name, work_dir, train_data, val_data, scope)
@@ -238,7 +244,7 @@ def main(argv=None):
     metrics.update({"test_examples": len(test_data[1]), "test_digit_examples": sum(map(len, test_data[1])),
                     "train_examples": len(train_data[1]), "validation_examples": len(val_data[1]),
                     "epochs": args.epochs, "train_seconds": round(seconds, 1), "backend": keras.backend.backend()})
-    isolated = load(args, "test")[:args.max_examples or None]  # one digit each, as published: no silence added
+    isolated = test_recordings[:args.max_examples or None]  # one digit each, as published: no silence added
     isolated_scores, _ = scores(model, [r.waveform for r in isolated], [r.digit for r in isolated], "ood_isolated_")
     metrics.update({**isolated_scores, "isolated_examples": len(isolated)})
     what = "the official test recordings one by one, as published (one digit, trimmed, no silence added)"
@@ -252,10 +258,7 @@ def main(argv=None):
         ood_test = utterances(args, load(args, "all", speakers=[args.ood_speaker]), 0, passes=1)
         print(f"held-out speaker {args.ood_speaker}: training a second model without it", flush=True)
         ood_model, ood_seconds = train(args, name, work_dir / "held_out_speaker",
-                                       utterances(args, ood_train, args.seed, count=args.train_utterances,
-                                                  edge_seconds=TRAIN_EDGE_SECONDS),
-                                       utterances(args, ood_val, args.seed + 1, passes=1,
-                                                  edge_seconds=TRAIN_EDGE_SECONDS), scope)
+                                       *training_utterances(args, ood_train, ood_val), scope)
         ood_scores, _ = scores(ood_model, *ood_test, "ood_speaker_")
         metrics.update({**ood_scores, "held_out_speaker_examples": len(ood_test[1]),
                         "held_out_model_train_seconds": round(ood_seconds, 1)})
