@@ -113,6 +113,23 @@ def _collect_and_freeze():
     gc.freeze()
 
 
+def _sigint_as_in_a_terminal():
+    """Ctrl-C as a terminal gives it, in this process and so in every process it starts.
+
+    A non-interactive shell starts a background command (`cmd &`, as a CI runner or `nohup`
+    script may start the suite) with SIGINT ignored (POSIX), and an ignored signal stays ignored
+    across `exec`: Python then installs no KeyboardInterrupt handler, and the pytest controller,
+    its xdist workers and every recipe, CLI or demo process a test starts all inherit SIGINT
+    ignored. The tests that send Ctrl-C to such a process (the CLI, the demo, the recipes' Ctrl-C
+    test) then waited out their timeouts: the CI failure first seen on torch, the backend that runs
+    the recipes' Ctrl-C test. Setting Python's handler here (the controller and each worker run
+    this file) puts the default back for everything started below.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_sigint_as_in_a_terminal()
 SIGINT_AT_START = signal.getsignal(signal.SIGINT)
 
 

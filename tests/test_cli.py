@@ -221,10 +221,7 @@ def test_train_passes_ctrl_c_to_the_recipe_and_exits_as_it_does(how, status):
     import signal
     import time
 
-    # As a terminal starts a foreground job: Ctrl-C not ignored, whatever this test process inherited or was left
-    # with (in CI an xdist worker once had SIGINT ignored, and its children inherit that).
-    parent = (f"import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-              f"from kformer.cli import _run_script\n"
+    parent = (f"import sys\nfrom kformer.cli import _run_script\n"
               f"sys.exit(_run_script([sys.executable, '-c', {CHILD!r}, {how!r}]))")
     started = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)  # its own process group, as a terminal's job

@@ -146,12 +146,6 @@ def _lines(stream, into):
         into.put(line)
 
 
-def _sigint_as_in_a_terminal():
-    """Ctrl-C not ignored in the server, as a terminal starts a foreground job (an ignored SIGINT is inherited,
-    and in CI an xdist worker once had it ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.only_backend("tensorflow")  # the pages' answers are checked on all three above
 def test_kformer_demo_answers_in_the_browser(tmp_path):
     from selenium.webdriver.common.by import By
@@ -166,7 +160,7 @@ def test_kformer_demo_answers_in_the_browser(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KFORMER_VERBOSE")}  # a shell's
     server = subprocess.Popen([sys.executable, "-m", "kformer.cli", "demo", str(tmp_path / "model.keras"),
                                "--port", str(port), "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env, preexec_fn=_sigint_as_in_a_terminal)
+                              text=True, env=env)
     out, err = queue.Queue(), queue.Queue()
     for stream, into in ((server.stdout, out), (server.stderr, err)):
         threading.Thread(target=_lines, args=(stream, into), daemon=True).start()

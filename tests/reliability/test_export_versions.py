@@ -78,6 +78,10 @@ def test_a_base_folder_this_process_cannot_write_is_named_before_the_write():
 
 
 def _check_locked(locked):
+    # The module runs from a copy beside `locked`: `nobody` may not enter the checkout (a clone in a folder
+    # only its owner may enter, as `mktemp -d` makes one).
+    module = shutil.copy(VERSIONING, locked.with_name("versioning.py"))
+    pathlib.Path(module).chmod(0o644)
     locked.mkdir()
     locked.chmod(0o555)
     script = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('v', sys.argv[1]); "
@@ -91,7 +95,7 @@ def _check_locked(locked):
     python = shutil.which("python3", path="/usr/bin:/bin") if root else sys.executable
     if python is None:
         pytest.skip("running as root without a system python3 to run as another user")
-    run = subprocess.run([python, "-c", script, str(VERSIONING), str(locked)], capture_output=True,
+    run = subprocess.run([python, "-c", script, str(module), str(locked)], capture_output=True,
                          text=True, user=65534 if root else None, group=65534 if root else None, cwd="/")
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.splitlines()

@@ -26,19 +26,12 @@ FLAGS = ["--preset=imdb_tiny", "--max-examples=32", "--sequence-length=16", "--v
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
-def _sigint_as_in_a_terminal():
-    """Ctrl-C not ignored in the run, as a terminal starts a foreground job: an ignored SIGINT is inherited,
-    and a pytest-xdist worker can start with it ignored (CI: this test then waited out its timeout)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def paused_run(tmp_path, flags):
     """A recipe process paused after its first epoch's backup; returns (process, gate, log)."""
     gate, log = tmp_path / "gate", open(tmp_path / "paused-run.log", "w+")
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "recipes" / "pause_after_first_epoch.py"), str(gate),
-         "recipes.train_imdb", *flags], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=ENV,
-        preexec_fn=_sigint_as_in_a_terminal)
+         "recipes.train_imdb", *flags], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     deadline = time.monotonic() + 300
     while not gate.with_name("gate.paused").exists():
         if process.poll() is not None or time.monotonic() > deadline:
