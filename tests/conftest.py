@@ -49,6 +49,9 @@ def pytest_report_header(config):
 # other sat idle; the workers take the slowest files first instead.
 FILE_SECONDS = pathlib.Path(__file__).with_name("file_durations.json")
 UNMEASURED_SECONDS = 10.0  # a file added since the last measurement
+# Tests of code that runs the same whatever the backend (tf.data pipelines, tokenizers, argument checks, the
+# CLI's parsing, docs) carry `@pytest.mark.once("why")` and run on the backend a user who sets nothing gets.
+DEFAULT_BACKEND = "tensorflow"
 
 
 # TFDS makes an empty `tmp*tfds` folder each time it builds a dataset with no prepared files
@@ -66,6 +69,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "only_backend(name): an end-to-end run checked on one backend "
                                        "(the pieces it uses are tested on all three)")
     config.addinivalue_line("markers", "gpu: needs a GPU")
+    config.addinivalue_line("markers", f"once(why): the code under test does not depend on the Keras backend (`why` "
+                                       f"says how); runs once, on Keras's default backend ({DEFAULT_BACKEND})")
 
 
 def pytest_unconfigure(config):
@@ -87,6 +92,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tf_only" in item.keywords and backend != "tensorflow":
             item.add_marker(pytest.mark.skip(reason="TensorFlow backend only"))
+        once = item.get_closest_marker("once")
+        if once is not None:
+            if len(once.args) != 1 or not isinstance(once.args[0], str):
+                raise pytest.UsageError(f"{item.nodeid}: `once` takes one argument, why the test does not depend on "
+                                        f"the backend. Received: {once.args!r}")
+            if backend != DEFAULT_BACKEND:
+                item.add_marker(pytest.mark.skip(reason=f"once, on {DEFAULT_BACKEND}: {once.args[0]}"))
         only = item.get_closest_marker("only_backend")
         if only is not None and backend != only.args[0]:
             item.add_marker(pytest.mark.skip(reason=f"end to end on {only.args[0]} only"))

@@ -24,6 +24,7 @@ def imports(path):
             yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
 
 
+@pytest.mark.once("the source files' ASTs")
 @pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_core_file_imports_no_backend(path):
     for line, name in imports(path):
@@ -44,6 +45,7 @@ def test_import_kformer_adds_no_backend_beyond_keras():
     assert out.stdout.strip() == kformer.__version__
 
 
+@pytest.mark.once("package attributes, nothing built")
 def test_public_api():
     assert set(kformer.layers.__all__) >= {
         "MultiHeadAttention", "SinusoidalPositionEncoding", "PositionEmbedding", "RotaryEmbedding",
@@ -56,6 +58,7 @@ def test_public_api():
     assert not hasattr(kformer.layers, "TransformerEncoderBlock")  # one way: kformer.blocks
 
 
+@pytest.mark.once("the source files' ASTs")
 @pytest.mark.parametrize("package, higher", [("layers", ("blocks", "models")), ("blocks", ("models",))])
 def test_imports_go_one_way(package, higher):
     """Layers -> blocks -> models, one way: no file imports a higher package."""
@@ -65,6 +68,7 @@ def test_imports_go_one_way(package, higher):
                            name == f"kformer.{h}" for h in higher), f"{path}:{line} imports {name}"
 
 
+@pytest.mark.once("preset name check before any builder runs")
 def test_registry_errors_name_the_preset():
     assert isinstance(kformer.models.list_models(), list)
     with pytest.raises(ValueError, match="name='nope'"):

@@ -18,6 +18,7 @@ from kformer.data.wordpiece import WordPieceTokenizer
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]", "a", "fine", "film", "dull", "."]
 
 
+@pytest.mark.once("the preset registry's copy printed, no keras")
 def test_list_prints_every_preset(capsys):
     assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -40,6 +41,7 @@ def shell_env(**extra):
     return {**env, **extra}
 
 
+@pytest.mark.once("subprocess that loads no backend")
 @pytest.mark.parametrize("argv, expected", [
     (["--help"], "usage: kformer [-h] [--version] [-v]"),
     (["--version"], f"kformer {kformer.__version__} (keras "),
@@ -55,6 +57,7 @@ def test_help_version_and_list_load_no_backend_and_print_no_native_logging(argv,
     assert not NATIVE_LOGGING.search(ran.stdout + ran.stderr), ran.stderr
 
 
+@pytest.mark.once("subprocesses that import TensorFlow directly, not keras")
 def test_quiet_startup_mutes_tensorflows_start_up_only():
     """The first `import tensorflow` runs with stderr muted; Python's own lines before and after stay."""
     code = ("import sys\nfrom kformer import runtime\nassert runtime.quiet_startup()\n"
@@ -69,6 +72,7 @@ def test_quiet_startup_mutes_tensorflows_start_up_only():
     assert verbose.stdout.strip() == "False", verbose.stderr  # asked for: the logging is left as it is
 
 
+@pytest.mark.once("subprocess that imports TensorFlow directly, not keras")
 def test_an_import_error_in_tensorflow_still_shows():
     """Muting stderr while TensorFlow loads hides its logging, not a failure to load it."""
     code = ("import sys\nfrom kformer import runtime\nruntime.quiet_startup()\n"
@@ -97,6 +101,7 @@ def presets_source():
             f"PRESETS = {{\n{entries}}}\n")
 
 
+@pytest.mark.once("the preset registry's dicts against a source file")
 def test_presets_copy_matches_the_registry():
     assert PRESETS_FILE.read_text() == presets_source(), (
         "kformer/_presets.py differs from the preset registry: run `python -m tests.test_cli` to rewrite it")
@@ -130,6 +135,7 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
         cli.main(["export", str(path), f"--output-dir={tmp_path}", "--max-image-pixels=100"])
 
 
+@pytest.mark.once("argparse and path checks before any model loads")
 @pytest.mark.parametrize("argv, message", [
     (["predict", "/no/such/model.keras", "text"], "path: `path` must be a `.keras` file"),
     (["train", "nope"],
@@ -184,6 +190,7 @@ def test_installed_script_trains_from_any_folder(tmp_path):
         assert not NATIVE_LOGGING.search(ran.stderr), ran.stderr  # the recipe loaded TensorFlow quietly
 
 
+@pytest.mark.once("recipe subprocess refused by argparse before any backend code")
 def test_train_runs_the_recipe_as_a_script_and_passes_its_exit_status_on(tmp_path, capfd):
     """The library imports no recipe: the recipe runs in its own process, its flag errors exit 2."""
     code = ("import sys\nfrom kformer import cli\nstatus = cli.main(['train', 'imdb', '--learning-rate=nan'])\n"
@@ -196,6 +203,7 @@ def test_train_runs_the_recipe_as_a_script_and_passes_its_exit_status_on(tmp_pat
     assert "argument --learning-rate: expected a finite number > 0.0, got nan" in ran.stderr
 
 
+@pytest.mark.once("argument check before any recipe or backend code")
 def test_train_without_a_checkout_says_where_recipes_live(monkeypatch):
     monkeypatch.setattr(cli, "_recipes_root", lambda: None)
     with pytest.raises(SystemExit, match="runs the recipes of a source checkout"):
@@ -215,6 +223,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.once("signals between plain-Python processes that load no backend")
 @pytest.mark.parametrize("how, status", [("ctrl-c", 130), ("signal", 128 + 15)])
 def test_train_passes_ctrl_c_to_the_recipe_and_exits_as_it_does(how, status):
     """Ctrl-C (SIGINT to the terminal's process group) reaches the recipe, which exits 130; a signal: 128 + N."""

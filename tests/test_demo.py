@@ -63,6 +63,7 @@ class FakeRecognizer:  # what the speech task offers: `transcribe(list of WAV pa
         return [f"heard {os.path.basename(a)}" for a in audio]
 
 
+@pytest.mark.once("Gradio pages of stand-in tasks, no keras model")
 def test_each_task_kind_gets_its_page():
     gr = gradio()
     assert demo.build(FakeTranslator()).fn("hola") == "HOLA"
@@ -103,6 +104,7 @@ def test_tasks_without_a_page_are_refused_naming_why():
         demo.kind_of(object())
 
 
+@pytest.mark.once("the Gradio import check before any model loads")
 def test_without_gradio_the_error_names_the_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` raises ImportError
     with pytest.raises(ImportError, match=re.escape('pip install "kformer[demo]"')):

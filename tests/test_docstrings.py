@@ -46,6 +46,7 @@ def kformer_modules():
             yield info.name
 
 
+@pytest.mark.once("reads docstrings and signatures with `inspect`; nothing runs")
 @pytest.mark.parametrize("name, obj", public_objects(), ids=lambda v: v if isinstance(v, str) else "")
 def test_public_docstring_has_args_and_example(name, obj):
     doc = inspect.getdoc(obj) or ""

@@ -12,8 +12,11 @@ import ast
 import functools
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "kformer"  # read, not imported
 FORBIDDEN_ROOTS = ("recipes", "benchmarks")
+pytestmark = pytest.mark.once("the source files' ASTs, nothing imported")
 
 
 def module_name(path):

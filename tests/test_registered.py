@@ -5,6 +5,7 @@ import inspect
 import pkgutil
 
 import keras
+import pytest
 
 import kformer
 
@@ -12,6 +13,7 @@ KERAS_BASES = (keras.layers.Layer, keras.losses.Loss, keras.optimizers.schedules
 SKIP = ("kformer.export", "kformer.viz", "kformer.cli")  # graph-building and plotting code, no saved objects
 # Base classes: never saved themselves, only their registered subclasses.
 BASES = {"TransformerBlock", "Preprocessor", "KformerModel", "Task", "ClassifierTask", "GenerativeTask"}
+pytestmark = pytest.mark.once("keras.saving's registry, filled when the modules import; nothing built")
 
 
 def test_every_kformer_keras_class_is_registered():

@@ -40,6 +40,7 @@ def _faults(mode):
     return [int(line) for line in out.split()]
 
 
+@pytest.mark.once("glibc's malloc settings, in subprocesses that load no backend")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings")
 def test_freed_memory_is_reused_without_page_faults():
     default, kept = _faults("default"), _faults("keep")
@@ -48,6 +49,7 @@ def test_freed_memory_is_reused_without_page_faults():
     assert all(n < pages // 100 for n in kept), kept  # in the other thread and in the main one
 
 
+@pytest.mark.once("glibc's malloc settings")
 def test_later_calls_return_the_first_answer():
     first = runtime.keep_freed_memory()
     assert runtime.keep_freed_memory() is first

@@ -18,11 +18,13 @@ def tokenizer():
     return WordPieceTokenizer(list(SPECIAL_TOKENS) + WORDS)
 
 
+@pytest.mark.once("TensorFlow string ops")
 def test_find_numbers_keeps_separators_inside_a_number():
     found = find_numbers(tf.constant(["At 12:30, 3.5 km and 1,000 dogs.", "no digits", "7\x017", ""]))
     assert found.to_list() == [[b"12:30", b"3.5", b"1,000"], [], [b"7", b"7"], []]
 
 
+@pytest.mark.once("preprocessor in TensorFlow ops")
 def test_numbers_are_slots_on_both_sides_and_come_back_from_the_source(tokenizer):
     preprocessor = TranslatorPreprocessor(tokenizer, tokenizer, 12)
     x, labels = preprocessor(["I have 3 cats at 12:30."], ["Tengo 3 gatos a las 12:30."])
@@ -40,6 +42,7 @@ def test_numbers_are_slots_on_both_sides_and_come_back_from_the_source(tokenizer
     assert preprocessor.detokenize(ids) == ["tengo gatos a las."]  # no sources: nothing to fill in
 
 
+@pytest.mark.once("preprocessor in TensorFlow ops")
 def test_the_served_graph_fills_slots_as_translate_does(tokenizer):
     preprocessor = TranslatorPreprocessor(tokenizer, tokenizer, 12)
     ids = preprocessor(["x"], ["Tengo 3 gatos a las 12:30."])[1]
@@ -51,6 +54,7 @@ def test_the_served_graph_fills_slots_as_translate_does(tokenizer):
         ["tengo 12 gatos a las 10:15.", "tengo gatos a las."]
 
 
+@pytest.mark.once("preprocessor in TensorFlow ops")
 def test_without_copy_numbers_digits_are_word_pieces(tokenizer):
     preprocessor = TranslatorPreprocessor(tokenizer, tokenizer, 8, copy_numbers=False)
     source = preprocessor(["I have 123 cats"])["encoder_token_ids"].numpy()[0]
@@ -58,6 +62,7 @@ def test_without_copy_numbers_digits_are_word_pieces(tokenizer):
     assert preprocessor.detokenize(source[None], ["I have 9 cats"]) == ["i have 123 cats"]
 
 
+@pytest.mark.once("preprocessor config, no model")
 def test_copy_numbers_is_saved_and_old_configs_load_without_it(tokenizer):
     preprocessor = TranslatorPreprocessor(tokenizer, tokenizer, 8)
     assert TranslatorPreprocessor.from_config(preprocessor.get_config()).copy_numbers is True
@@ -67,6 +72,7 @@ def test_copy_numbers_is_saved_and_old_configs_load_without_it(tokenizer):
     assert TranslatorPreprocessor.from_config(old).copy_numbers is False
 
 
+@pytest.mark.once("argument check before any backend code")
 def test_bad_copy_numbers_arguments_are_named(tokenizer):
     with pytest.raises(ValueError, match=r"`copy_numbers` must be True or False. Received: copy_numbers='yes'"):
         TranslatorPreprocessor(tokenizer, tokenizer, 8, copy_numbers="yes")
@@ -123,6 +129,7 @@ def test_ban_slots_holds_end_until_every_source_slot_is_out_then_bans_slots():
     assert banned[2].nonzero()[0].tolist() == [slot]  # a source without numbers gets no slot
 
 
+@pytest.mark.once("argument check in numpy")
 def test_slot_token_id_is_checked_and_named():
     from kformer.models.decoding_options import check_decoding_options
 

@@ -21,6 +21,7 @@ needs_full_data = pytest.mark.skipif(not (FULL_DATA_DIR / "cifar10").is_dir(),
 
 @pytest.mark.parametrize("dataset, split, per_class", [
     ("cifar10", "train", 200), ("cifar10", "test", 100), ("mnist", "train", 200), ("mnist", "test", 50)])
+@pytest.mark.once("file reading and JPEG decoding in tf.data")
 def test_bundled_samples_are_balanced_uint8(dataset, split, per_class):
     x, y = images.load_split(split, dataset)
     assert x.dtype == np.uint8 and y.dtype == np.int32
@@ -29,6 +30,7 @@ def test_bundled_samples_are_balanced_uint8(dataset, split, per_class):
     assert len(images.CLASS_NAMES[dataset]) == 10 and 20 < x.mean() < 140
 
 
+@pytest.mark.once("file reading, numpy only")
 def test_exact_mnist_test_pixels_match_the_tone_mapped_ones():
     x, y = images.load_split("test", "mnist")
     exact_x, exact_y = images.load_split("test", "mnist", exact_test=True)
@@ -36,6 +38,7 @@ def test_exact_mnist_test_pixels_match_the_tone_mapped_ones():
     assert np.abs(exact_x.astype(int) - x).mean() < 3  # tone curve only, same digits
 
 
+@pytest.mark.once("file reading and numpy")
 def test_max_examples_is_a_balanced_prefix():
     x, y = images.load_split("train", "cifar10")
     few_x, few_y = images.load_split("train", "cifar10", max_examples=35)
@@ -47,6 +50,7 @@ def test_max_examples_is_a_balanced_prefix():
 
 
 @needs_full_data
+@pytest.mark.once("file reading and numpy")
 def test_bundled_samples_are_copies_of_the_full_files():
     for split in ("test",):  # the full train tarball takes ~5 s more
         x, y = images.load_split(split, "cifar10")
@@ -115,6 +119,7 @@ def test_preprocessor_dataset_batches_float_images_and_int_labels():
         preprocessor.dataset(x, y[:3], batch_size=4)
 
 
+@pytest.mark.once("file reading and its errors")
 def test_missing_and_corrupt_files_name_the_path(tmp_path):
     tar_path = tmp_path / "cifar10" / "cifar10_train_jpg.tar.gz"
     with pytest.raises(ValueError, match=f"not found: {tar_path}"):
@@ -142,6 +147,7 @@ def test_missing_and_corrupt_files_name_the_path(tmp_path):
         images.load_split("test", "mnist", tmp_path, exact_test=True)
 
 
+@pytest.mark.once("file reading, Pillow and tf.data decoding")
 def test_without_tensorflow_pillow_decodes_the_same_cifar_pixels(monkeypatch, tmp_path):
     with_tf = images.load_split("test", "cifar10", max_examples=200)
     monkeypatch.setitem(sys.modules, "tensorflow", None)  # `import tensorflow` fails
@@ -169,11 +175,13 @@ def write_tar(path, files):
     (dict(dataset="mnist", split="train", max_examples=0), "max_examples=0"),
     (dict(dataset="cifar10", split="test", exact_test=True), "dataset='cifar10'"),
 ])
+@pytest.mark.once("argument check before any backend code")
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         images.load_split(**kwargs)
 
 
+@pytest.mark.once("argument check before any backend code")
 def test_bad_names_for_augmentation_and_tfds():
     with pytest.raises(ValueError, match="dataset='imagenet'"):
         augmentation("imagenet")
@@ -182,6 +190,7 @@ def test_bad_names_for_augmentation_and_tfds():
 
 
 @pytest.mark.parametrize("name", images.DATASETS)
+@pytest.mark.once("tensorflow_datasets and numpy")
 def test_tfds_path_with_mock_data(name):
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=12):  # offline; needs no importlib_resources
@@ -190,6 +199,7 @@ def test_tfds_path_with_mock_data(name):
     assert y.dtype == np.int32 and 0 <= y.min() and y.max() < 10
 
 
+@pytest.mark.once("tensorflow_datasets error handling")
 def test_tfds_names_a_missing_dependency(monkeypatch):
     tfds = pytest.importorskip("tensorflow_datasets")
 

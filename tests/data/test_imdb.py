@@ -5,6 +5,8 @@ import pytest
 
 from kformer.data import imdb
 
+pytestmark = pytest.mark.once("file reading and numpy")
+
 
 def test_bundled_sample_is_real_balanced_and_clean():
     texts, labels = imdb.load_split("train")

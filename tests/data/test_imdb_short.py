@@ -5,6 +5,8 @@ import pytest
 
 from kformer.data import imdb
 
+pytestmark = pytest.mark.once("Python string rules, numpy and a tf.data map")
+
 
 @pytest.mark.parametrize("text, first", [
     ("Dull. Avoid it.", "Dull."),

@@ -36,17 +36,20 @@ def random_batch(n=4000, length=64, seed=0):
     return ids
 
 
+@pytest.mark.once("file reading")
 def test_bundled_unsup_sample():
     texts, labels = imdb.load_split("unsup")
     assert len(texts) == 3000 and set(labels.tolist()) == {-1}
 
 
+@pytest.mark.once("regular expressions only")
 def test_split_sentences():
     text = 'Great film! Did I like it? Yes. He said "wow." Then   left'
     assert mlm.split_sentences(text) == ["Great film!", "Did I like it?", "Yes.", 'He said "wow."', "Then   left"]
     assert mlm.split_sentences("  ") == []
 
 
+@pytest.mark.once("numpy only")
 def test_masking_statistics():
     ids = random_batch()
     masked, positions, labels, weights = mlm.mask_tokens(ids, **MASKING, rng=np.random.default_rng(1))
@@ -103,6 +106,7 @@ def test_masking_matches_keras_hub_masked_lm_mask_generator():
     np.testing.assert_allclose(summary(*ours), summary(*theirs), atol=0.02)
 
 
+@pytest.mark.once("numpy only")
 def test_masking_is_deterministic_and_handles_edge_rows():
     ids = random_batch(n=50, seed=3)
     a = mlm.mask_tokens(ids, **MASKING, rng=np.random.default_rng(7))
@@ -120,6 +124,7 @@ def test_masking_is_deterministic_and_handles_edge_rows():
         mlm.mask_tokens(edge, **MASKING, rng=np.random.default_rng(0), max_masks=5)
 
 
+@pytest.mark.once("numpy only")
 def test_truncate_pair_trims_the_longer_segment_first():
     def reference(la, lb, budget):  # BERT's loop: remove one token from the longer
         while la + lb > budget:
@@ -133,6 +138,7 @@ def test_truncate_pair_trims_the_longer_segment_first():
             assert (len(a) == 0 or a[-1] == la - 1) and (len(b) == 0 or b[0] == 100)  # A keeps its end
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops and numpy")
 def test_segment_pairs_structure(pairs, tokenizer):
     token_ids, segment_ids, labels = pairs["token_ids"], pairs["segment_ids"], pairs["nsp_labels"]
     assert token_ids.shape == segment_ids.shape == (len(labels), SEQUENCE_LENGTH) and len(labels) > 300
@@ -148,6 +154,7 @@ def test_segment_pairs_structure(pairs, tokenizer):
         np.testing.assert_array_equal(segments[:length], np.arange(length) > first)
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops and numpy")
 def test_segment_pairs_next_is_contiguous_and_random_is_not(pairs, tokenizer, reviews):
     docs = [" " + " ".join(map(str, t)) + " " for t in tokenizer.tokenize(reviews).to_list()]
     contiguous = []
@@ -162,6 +169,7 @@ def test_segment_pairs_next_is_contiguous_and_random_is_not(pairs, tokenizer, re
     np.testing.assert_array_equal(again["token_ids"], pairs["token_ids"])
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops and numpy")
 def test_packed_sequences_hold_every_token_once_in_order(tokenizer, reviews):
     packed = mlm.packed_sequences(reviews, tokenizer, SEQUENCE_LENGTH)
     token_ids, segment_ids = packed["token_ids"], packed["segment_ids"]
@@ -180,6 +188,7 @@ def test_packed_sequences_hold_every_token_once_in_order(tokenizer, reviews):
     assert (token_ids != 0).mean() > 0.99 > (pairs["token_ids"] != 0).mean()  # pairs: a padded tail each
 
 
+@pytest.mark.once("argument check before any backend code")
 def test_packed_sequences_reject_bad_arguments(tokenizer):
     with pytest.raises(ValueError, match=r"`sequence_length` must be an int >= 3. Received: sequence_length=2"):
         mlm.packed_sequences(["A film."], tokenizer, 2)
@@ -187,6 +196,7 @@ def test_packed_sequences_reject_bad_arguments(tokenizer):
         mlm.packed_sequences(["", "  "], tokenizer, 16)
 
 
+@pytest.mark.once("tf.data pipeline with numpy masking")
 def test_packed_sequences_train_the_masked_lm_only(tokenizer, reviews):
     packed = mlm.packed_sequences(reviews[:20], tokenizer, SEQUENCE_LENGTH)
     x, y, w = next(iter(mlm.make_pretraining_dataset(packed, 8, **mlm.masking_args(tokenizer))))

@@ -11,6 +11,8 @@ from kformer.data.preprocessors import (BertPreprocessor, ImageClassifierPreproc
                                         TextClassifierPreprocessor, TranslatorPreprocessor, as_strings, is_text)
 from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
+pytestmark = pytest.mark.once("tokenizers and packing in TensorFlow ops, tf.data; no model")
+
 VOCABULARY = list(SPECIAL_TOKENS) + ["a", "fine", "film", "dull", "##s", ".", "una", "película"]
 
 

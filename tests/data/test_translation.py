@@ -9,6 +9,8 @@ from kformer.data import buckets, translation
 from kformer.data.preprocessors import TranslatorPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
+pytestmark = pytest.mark.once("file reading, tokenizers in TensorFlow ops, tf.data pipeline")
+
 # The full data sets, where a machine has them: KFORMER_DATA_DIR=/path/to/data (laid out as data/).
 FULL_DATA_DIR = pathlib.Path(os.environ.get("KFORMER_DATA_DIR", "/nonexistent"))
 needs_full_spa_eng = pytest.mark.skipif(

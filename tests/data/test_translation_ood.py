@@ -8,6 +8,8 @@ import pytest
 from kformer.data import translation
 from tests.data.test_translation import FULL_DATA_DIR, needs_full_spa_eng
 
+pytestmark = pytest.mark.once("file reading and numpy")
+
 
 @pytest.fixture(scope="module")
 def bundled():

@@ -16,6 +16,7 @@ def tokenizer(texts):
     return WordPieceTokenizer.learn(texts, 600)
 
 
+@pytest.mark.once("tokenizer learning in numpy and Python")
 def test_vocabulary_starts_with_the_special_tokens(tokenizer):
     assert tokenizer.vocabulary[: len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS)
     assert tokenizer.ids["[PAD]"] == 0
@@ -37,6 +38,7 @@ def test_matches_keras_hub_wordpiece_on_ascii_reviews(tokenizer):
     assert mine == theirs
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops")
 def test_a_batch_splits_each_distinct_word_once_with_the_same_result(tokenizer, texts):
     # tokenize() splits the batch's distinct words once and gathers them back.
     batch = list(texts[:20]) + ["", "film film film", texts[0]]
@@ -47,6 +49,7 @@ def test_a_batch_splits_each_distinct_word_once_with_the_same_result(tokenizer, 
     assert tokenizer.tokenize(tf.constant([], tf.string)).to_list() == []
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops")
 def test_padding_truncation_and_special_tokens(tokenizer):
     ids = tokenizer(tf.constant(["a fine film", "", "film " * 100]), 8, prefix="[CLS]", suffix="[SEP]").numpy()
     assert ids.shape == (3, 8) and ids.dtype == np.int32
@@ -56,6 +59,7 @@ def test_padding_truncation_and_special_tokens(tokenizer):
     assert ids[2, -1] == sep and (ids[2] != 0).all()  # the suffix survives truncation
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops")
 def test_unknown_characters_and_round_trip(tokenizer):
     ids = tokenizer.tokenize(tf.constant(["the movie ☃", "x" * 150])).to_list()
     assert ids[0][-1] == tokenizer.ids["[UNK]"]
@@ -64,6 +68,7 @@ def test_unknown_characters_and_round_trip(tokenizer):
     assert tokenizer.detokenize(tokenizer(tf.constant([text]), 32)).numpy()[0].decode() == text
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops")
 def test_unicode_spaces_separate_words_and_never_become_tokens(tokenizer):
     # Tatoeba's Spanish has no-break spaces before "?" and in "10 000": learning used to keep
     # "\xa0" as a token and then refuse its own vocabulary (the full en-es recipe stopped there)
@@ -76,6 +81,7 @@ def test_unicode_spaces_separate_words_and_never_become_tokens(tokenizer):
     assert spaced == plain * len(spaces)
 
 
+@pytest.mark.once("tokenizer in TensorFlow ops and file reading")
 def test_save_and_load(tokenizer, tmp_path):
     tokenizer.save(tmp_path / "vocabulary.txt")
     again = WordPieceTokenizer.load(tmp_path / "vocabulary.txt")
@@ -84,6 +90,7 @@ def test_save_and_load(tokenizer, tmp_path):
     np.testing.assert_array_equal(again(probe, 16), tokenizer(probe, 16))
 
 
+@pytest.mark.once("argument check before any backend code")
 def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="not found"):
         WordPieceTokenizer.load(tmp_path / "missing.txt")
@@ -99,6 +106,7 @@ def test_clear_errors(tmp_path):
     (b"[PAD]\n[UNK]\n\nfoo\n", "blank lines \\(line 3\\)"),
     (b"[PAD]\n[UNK]\n\xff\xfe\n", "not UTF-8"),
 ], ids=["blank line", "non-UTF-8 bytes"])
+@pytest.mark.once("vocabulary file reading")
 def test_a_bad_vocabulary_file_is_refused_naming_the_file(tmp_path, content, message):
     path = tmp_path / "vocabulary.txt"
     path.write_bytes(content)

@@ -335,6 +335,8 @@ def test_only_translate_xla_is_compiled_by_xla(served):
         assert not xla_ops, (name, xla_ops)
 
 
+@pytest.mark.once("`kformer check-serving` loads the SavedModel with TensorFlow alone, and the TensorFlow run checks "
+                  "the same exports (the classifier and the translator)")
 def test_check_serving_says_whether_a_stock_server_loads_a_version(served):
     paths = {p for p, _, _ in served[0]}
     imdb = next(p for p in paths if "imdb" in p)

@@ -29,6 +29,7 @@ def test_an_old_builder_name_still_builds_the_same_task_and_warns(old):
     assert type(built) is type(call(getattr(models, new)))
 
 
+@pytest.mark.once("the preset registry's names")
 @pytest.mark.parametrize("old", sorted(BUILDERS))
 def test_new_names_are_public_and_old_ones_resolve_in_the_registry(old):
     new = BUILDERS[old][0]
@@ -37,6 +38,7 @@ def test_new_names_are_public_and_old_ones_resolve_in_the_registry(old):
     assert all(models.get_preset(name)["builder"] == new for name in registry.presets_of(old))
 
 
+@pytest.mark.once("module attributes and their warnings, nothing built")
 def test_backbone_is_a_deprecated_alias_of_kformer_model():
     assert "KformerModel" in models.__all__ and "Backbone" not in models.__all__
     for module in (models, task):

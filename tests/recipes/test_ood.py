@@ -23,6 +23,7 @@ def _images(n=6, size=12, channels=3, seed=0):
 
 
 @pytest.mark.parametrize("shift", SHIFTS, ids=["translate", "rotate", "noise", "contrast"])
+@pytest.mark.once("numpy only")
 def test_a_shift_keeps_shape_and_dtype_repeats_and_is_the_identity_at_zero_strength(shift):
     images = _images()
     before = images.copy()
@@ -34,6 +35,7 @@ def test_a_shift_keeps_shape_and_dtype_repeats_and_is_the_identity_at_zero_stren
     assert np.array_equal(images, before)  # a new array: the input is untouched
 
 
+@pytest.mark.once("numpy only")
 def test_translate_moves_every_image_by_the_pixels_on_both_axes_with_seeded_directions():
     images = np.zeros((16, 11, 11, 1), "uint8")
     images[:, 5, 5] = 200
@@ -49,6 +51,7 @@ def test_translate_moves_every_image_by_the_pixels_on_both_axes_with_seeded_dire
     assert shifts.translate(edge[:0]).shape == (0, 4, 4, 1)
 
 
+@pytest.mark.once("numpy only")
 def test_rotate_turns_about_the_centre_both_ways_and_fills_black_corners():
     bar = np.zeros((8, 9, 9, 1), "uint8")
     bar[:, 4, :] = 255  # a horizontal bar through the centre
@@ -61,6 +64,7 @@ def test_rotate_turns_about_the_centre_both_ways_and_fills_black_corners():
     assert shifts.rotate(flat, degrees=45)[0, 0, 0, 0] == 0 and shifts.rotate(flat, 45)[0, 4, 4, 0] == 100
 
 
+@pytest.mark.once("numpy only")
 def test_noise_has_the_standard_deviation_and_contrast_keeps_the_mean():
     grey = np.full((4, 32, 32, 3), 128, "uint8")
     noise = shifts.gaussian_noise(grey, std=0.1, seed=0).astype(float) - 128
@@ -78,6 +82,7 @@ def test_noise_has_the_standard_deviation_and_contrast_keeps_the_mean():
                                   lambda: shifts.translate(np.zeros((1, 4, 4, 1), "uint8"), pixels=-1),
                                   lambda: shifts.gaussian_noise(np.zeros((1, 4, 4, 1), "uint8"), std=float("nan")),
                                   lambda: shifts.reduce_contrast(np.zeros((1, 4, 4, 1), "uint8"), factor=2)])
+@pytest.mark.once("argument check, numpy only")
 def test_a_shift_rejects_what_is_not_a_uint8_batch_or_a_bad_strength(call):
     with pytest.raises(ValueError):
         call()
@@ -98,6 +103,7 @@ def _card(tmp_path, metrics, ood=None, exported=False):
     return (tmp_path / "README.md").read_text()
 
 
+@pytest.mark.once("Markdown and JSON from a stub model")
 def test_the_card_puts_ood_figures_in_their_own_table_with_what_was_changed(tmp_path):
     metrics = {"test_top1": 0.9, "test_examples": 64, "epochs": 1, "ood_shift_noise_accuracy": 0.5,
                "val_ood_shift_noise_accuracy": 0.25, "ood_rare_word_bleu": 12.5, "ood_rare_word_pairs": 40}
@@ -116,6 +122,7 @@ def test_the_card_puts_ood_figures_in_their_own_table_with_what_was_changed(tmp_
     assert "ood_shift_noise_accuracy" not in facts["metrics"]
 
 
+@pytest.mark.once("Markdown and JSON from a stub model")
 def test_a_card_without_ood_figures_has_no_such_section(tmp_path):
     text = _card(tmp_path, {"test_top1": 0.9}, ood={"ood_never_computed": "skipped"})
     assert "Out of distribution" not in text and "ood_" not in text

@@ -12,6 +12,8 @@ from kformer.data.wordpiece import WordPieceTokenizer
 from kformer.export import versioning
 from recipes import prepared
 
+pytestmark = pytest.mark.once("vocabulary and array caches: tokenizer in TensorFlow ops, numpy, files")
+
 TEXTS = ["A fine film. The cast is good.", "A dull film. Too long by far!", "Good music. Bad plot.",
          "I laughed. I cried. I left early."] * 5
 

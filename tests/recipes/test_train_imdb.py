@@ -20,13 +20,16 @@ FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
          "--vocabulary-size=300", "--verbose=2"]
 
 
+@pytest.mark.only_backend("tensorflow")  # the main job's backend; on JAX the killed-run tests run this recipe
+# through its export (tests/reliability/test_recipe_faults.py), and fit, save, load and the export's TensorFlow
+# worker are checked on every backend in tests/models/test_tasks.py and tests/export/test_export.py
 def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch, capsys):
     learned = []
     learn = WordPieceTokenizer.learn.__func__
     monkeypatch.setattr(WordPieceTokenizer, "learn",
                         classmethod(lambda cls, *a, **k: learned.append(1) or learn(cls, *a, **k)))
     flags = FLAGS + ["--epochs=1", f"--output-dir={tmp_path}"]
-    first = train_imdb.main(flags)  # exports on every backend (JAX/torch via a TF subprocess)
+    first = train_imdb.main(flags)
     assert first == tmp_path / "imdb_tiny" / "1"
     config = json.loads((first / "config.json").read_text())
     assert config["preset"] == "imdb_tiny" and config["sequence_length"] == 32

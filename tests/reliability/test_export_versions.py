@@ -13,6 +13,8 @@ from kformer.export import export_for_serving
 from kformer.export.versioning import MAX_VERSION, next_version, write_new_version
 
 VERSIONING = pathlib.Path(__file__).resolve().parents[2] / "kformer" / "export" / "versioning.py"
+# The base folder and version are checked, and versions written, with plain files before any model is touched.
+pytestmark = pytest.mark.once("version folders written with plain files")
 
 
 def _fill(tmp):

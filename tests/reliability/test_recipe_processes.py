@@ -110,6 +110,7 @@ def test_a_backup_write_over_the_file_size_limit_exits_1_without_a_crash(tmp_pat
     assert list(backup.iterdir()) == []
 
 
+@pytest.mark.once("the OS file lock, in a subprocess that loads no backend")
 def test_a_lock_is_held_until_its_process_dies_then_taken_over_with_a_message(tmp_path, capsys, monkeypatch):
     from recipes import lock
 

@@ -18,6 +18,7 @@ from recipes.backup import AtomicBackupAndRestore, BackupWriteError
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.once("version folders written with plain files")
 def test_a_plain_file_named_like_a_version_is_skipped_not_looped_on(tmp_path):
     (tmp_path / "1").write_text("not a version")
     assert next_version(tmp_path) == 2
@@ -28,6 +29,7 @@ def test_a_plain_file_named_like_a_version_is_skipped_not_looped_on(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]  # no .tmp-* left
 
 
+@pytest.mark.once("version folders written with plain files")
 def test_a_killed_writers_temporary_folder_is_removed_by_the_next_write(tmp_path):
     import socket
 
@@ -44,6 +46,7 @@ def test_a_killed_writers_temporary_folder_is_removed_by_the_next_write(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([final.name, running.name, other_host.name])
 
 
+@pytest.mark.once("version folders written with plain files")
 def test_a_failed_write_leaves_no_temporary_folder(tmp_path):
     def broken(tmp):
         (tmp / "half").write_text("...")
@@ -148,6 +151,7 @@ def test_a_failed_backup_write_removes_its_temporary_folder_and_exits_1_naming_i
         _model().fit(*DATA, epochs=1, verbose=0, callbacks=[AtomicBackupAndRestore(backup)])
 
 
+@pytest.mark.once("a recipe's version write with plain files")
 def test_a_failed_version_write_exits_1_and_keeps_the_training_state(tmp_path, capsys):
     from types import SimpleNamespace
 

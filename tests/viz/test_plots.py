@@ -199,6 +199,7 @@ def test_patch_attention_without_preprocessor_needs_the_model_size(tmp_path):
         plot_patch_attention(model, np.zeros((16, 16, 1)))
 
 
+@pytest.mark.once("numpy only")
 def test_rollout_is_the_product_of_residual_averaged_attention():
     a, b = np.random.default_rng(0).dirichlet(np.ones(5), size=(2, 2, 5))  # 2 layers of (heads, 5, 5)
     step = [(m.mean(0) + np.eye(5)) / 2 for m in (a, b)]
@@ -256,6 +257,7 @@ def test_history_from_keras_history_csv_logger_and_dict(tmp_path):
         plot_history({})
 
 
+@pytest.mark.once("source scan and an import check")
 def test_matplotlib_is_imported_lazily_with_a_clear_error(monkeypatch):
     """No other kformer module imports kformer.viz; kformer.viz imports matplotlib only inside functions.
 
