@@ -122,3 +122,21 @@ def test_imdb_labels_outside_the_classes_name_the_file_and_line(tmp_path, label)
     path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
     with pytest.raises(ValueError, match=rf"Corrupt IMDB file {path} line 2: .*label {label!r} is not one of \(0, 1\)"):
         imdb.load_split("train", tmp_path)
+
+
+@pytest.mark.once("argparse's --help, before any backend code")
+@pytest.mark.parametrize("name", ["train_imdb", "train_translator", "pretrain_mini_bert", "train_vit", "train_gpt",
+                                  "train_speech"])
+def test_every_recipe_runs_as_a_script(name, monkeypatch, capsys):
+    """`python -m recipes.NAME --help`, run in this process as `-m` runs it: the script's `__main__` calls `main`."""
+    import runpy
+    import sys
+    import warnings
+
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as exit_info:
+        warnings.simplefilter("ignore", RuntimeWarning)  # "found in sys.modules": the test imported it already
+        runpy.run_module(f"recipes.{name}", run_name="__main__")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ") and "--output-dir" in out
