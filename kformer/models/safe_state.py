@@ -13,6 +13,8 @@ import contextlib
 import json
 import os
 import pathlib
+import secrets
+import threading
 import zipfile
 
 import keras
@@ -105,7 +107,8 @@ def save_atomically(model, filepath, save, **kwargs):
             or (kwargs.get("overwrite") is False and path.exists())):
         return save(filepath, **kwargs)
     check_variables_hold_values(model)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    # Each writer its own temporary file (threads share the pid): the last rename wins, none fails.
+    tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}-{path.name}")
     try:
         save(str(tmp), **kwargs)
         check_keras_file(tmp)

@@ -169,6 +169,7 @@ class SpeechRecognizer(Task):
 
         Example: `recognizer.transcribe(["a.wav", wav_bytes, waveform])` -> `["407", "12", "9"]`.
         """
+        check_positive_ints(batch_size=batch_size)  # range() would return nothing for -1, fail bare for 0 and 2.5
         if isinstance(audio, dict):
             inputs = audio
         else:

@@ -66,6 +66,14 @@ def test_ctc_loss_is_per_label_token_and_ignores_padding():
     np.testing.assert_allclose(loss, per_row.mean(), rtol=1e-4)
 
 
+@pytest.mark.once("the argument is checked before any audio is read or the model runs")
+@pytest.mark.parametrize("batch_size", [-1, 0, 2.5])
+def test_transcribe_refuses_a_batch_size_that_is_not_a_positive_int(batch_size):
+    """Issue 75 (7): -1 returned [] and 0 or 2.5 failed inside `range()`."""
+    with pytest.raises(ValueError, match=f"`batch_size` must be a positive int. Received: batch_size={batch_size}"):
+        tiny().transcribe([np.zeros(800, "float32")], batch_size=batch_size)
+
+
 def test_bad_arguments_name_the_argument():
     model = tiny()
     with pytest.raises(ValueError, match=r"`y`\[1\] must be a non-empty transcript.*Received: '4a'"):

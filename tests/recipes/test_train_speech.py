@@ -14,7 +14,8 @@ from tests.helpers import assert_figures
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.only_backend("tensorflow")  # with its export, served in-process; the model trains on all three
+@pytest.mark.only_backend("torch")  # with its export (the TensorFlow worker), served in-process; the model trains
+# on all three
 def test_speech_recipe(tmp_path):
     import tensorflow as tf
 

@@ -100,6 +100,29 @@ def test_a_save_that_fails_midway_keeps_the_good_file(classifier, tmp_path, monk
     assert not [p for p in tmp_path.iterdir() if p.name != "m.keras"], "a temporary file was left"
 
 
+def test_threads_saving_to_one_path_all_succeed_and_the_last_rename_wins(classifier, tmp_path):
+    """Issue 75 (14): the threads of a process shared one `.tmp-<pid>-m.keras`; three of four saves failed."""
+    import threading
+
+    path, errors = tmp_path / "m.keras", []
+
+    def save():
+        try:
+            classifier.save(path)
+        except Exception as err:  # noqa: BLE001 (collected: any failure fails the test)
+            errors.append(err)
+
+    threads = [threading.Thread(target=save) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [p.name for p in tmp_path.iterdir()] == ["m.keras"]  # no temporary file left
+    np.testing.assert_allclose(models.load(path).predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0),
+                               atol=1e-6)
+
+
 def test_empty_inputs_answer_empty_and_empty_training_data_is_refused(classifier):
     assert classifier.predict([], verbose=0).shape == (0, 2)
     assert classifier.predict(np.zeros((0, 16), "int32"), verbose=0).shape == (0, 2)
