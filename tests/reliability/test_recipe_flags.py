@@ -6,62 +6,59 @@ import pytest
 
 from recipes import common, pretrain_mini_bert, train_gpt, train_imdb, train_translator, train_vit
 
+ONCE = pytest.mark.once("flag parsing that exits before any backend code")
 # Refused by argparse, or by `common.parse_args`'s preset, path and --tfds checks, which run before its first
-# look at the backend (`--distribute`, `--model-parallel`, `faster_jax_random`). The unmarked cases are refused
-# after it (a recipe's own checks once `common.parse_args` returns) or by it (`--model-parallel 2`).
-PARSED = pytest.mark.once("flag parsing that exits before any backend code")
-
-
-@pytest.mark.parametrize("recipe, flags, message", [
-    pytest.param(train_imdb, ["--learning-rate=inf"], "--learning-rate: expected a finite number > 0.0, got inf",
-                 marks=PARSED),
-    pytest.param(train_imdb, ["--learning-rate=nan"], "--learning-rate", marks=PARSED),
-    pytest.param(train_imdb, ["--learning-rate=-1e-3"], "--learning-rate", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--finetune-learning-rate=nan"], "--finetune-learning-rate", marks=PARSED),
-    pytest.param(train_vit, ["--weight-decay=nan"], "--weight-decay", marks=PARSED),
-    pytest.param(train_vit, ["--weight-decay=2"], "--weight-decay: expected a finite number >= 0.0 and <= 1.0",
-                 marks=PARSED),
-    pytest.param(train_imdb, ["--seed=-1"], "--seed", marks=PARSED),
-    pytest.param(train_imdb, ["--vocabulary-size=5"], "--vocabulary-size: expected an integer >= 64", marks=PARSED),
-    pytest.param(train_gpt, ["--vocabulary-size=5"], "--vocabulary-size", marks=PARSED),
-    pytest.param(train_imdb, ["--sequence-length=2"], "--sequence-length: expected an integer >= 4", marks=PARSED),
-    pytest.param(train_translator, ["--sequence-length=2"], "--sequence-length", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--sequence-length=4"], "--sequence-length: expected an integer >= 8",
-                 marks=PARSED),
-    pytest.param(train_translator, ["--num-beams=100000"], "--num-beams: expected an integer >= 1 and <= 64",
-                 marks=PARSED),
-    pytest.param(train_imdb, ["--epochs=1.5"], "--epochs", marks=PARSED),
-    pytest.param(train_imdb, ["--epochs=-1"], "--epochs", marks=PARSED),
-    pytest.param(train_imdb, ["--epochs=two"], "--epochs", marks=PARSED),
-    pytest.param(train_imdb, ["--data-dir=/no/such/dir"], "/no/such/dir", marks=PARSED),
-    pytest.param(train_imdb, ["--preset=vit_tiny"], "imdb_small", marks=PARSED),
-    pytest.param(train_imdb, ["--learning-rate=0"], "--learning-rate", marks=PARSED),
-    pytest.param(train_translator, ["--preset=imdb_tiny"], "transformer_small", marks=PARSED),
-    pytest.param(train_translator, ["--no-repeat-ngram-size=-1"], "--no-repeat-ngram-size", marks=PARSED),
-    pytest.param(train_translator, ["--split-by=sentence"], "--split-by", marks=PARSED),
+# look at the backend (`--distribute`, `--model-parallel`, `faster_jax_random`): checked once.
+PARSED = [
+    (train_imdb, ["--learning-rate=inf"], "--learning-rate: expected a finite number > 0.0, got inf"),
+    (train_imdb, ["--learning-rate=nan"], "--learning-rate"),
+    (train_imdb, ["--learning-rate=-1e-3"], "--learning-rate"),
+    (pretrain_mini_bert, ["--finetune-learning-rate=nan"], "--finetune-learning-rate"),
+    (train_vit, ["--weight-decay=nan"], "--weight-decay"),
+    (train_vit, ["--weight-decay=2"], "--weight-decay: expected a finite number >= 0.0 and <= 1.0"),
+    (train_imdb, ["--seed=-1"], "--seed"),
+    (train_imdb, ["--vocabulary-size=5"], "--vocabulary-size: expected an integer >= 64"),
+    (train_gpt, ["--vocabulary-size=5"], "--vocabulary-size"),
+    (train_imdb, ["--sequence-length=2"], "--sequence-length: expected an integer >= 4"),
+    (train_translator, ["--sequence-length=2"], "--sequence-length"),
+    (pretrain_mini_bert, ["--sequence-length=4"], "--sequence-length: expected an integer >= 8"),
+    (train_translator, ["--num-beams=100000"], "--num-beams: expected an integer >= 1 and <= 64"),
+    (train_imdb, ["--epochs=1.5"], "--epochs"),
+    (train_imdb, ["--epochs=-1"], "--epochs"),
+    (train_imdb, ["--epochs=two"], "--epochs"),
+    (train_imdb, ["--data-dir=/no/such/dir"], "/no/such/dir"),
+    (train_imdb, ["--preset=vit_tiny"], "imdb_small"),
+    (train_imdb, ["--learning-rate=0"], "--learning-rate"),
+    (train_translator, ["--preset=imdb_tiny"], "transformer_small"),
+    (train_translator, ["--no-repeat-ngram-size=-1"], "--no-repeat-ngram-size"),
+    (train_translator, ["--split-by=sentence"], "--split-by"),
+    (train_translator, ["--batch-size=0"], "--batch-size"),
+    (train_vit, ["--dataset=imagenet"], "--dataset"),
+    (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
+    (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
+    (pretrain_mini_bert, ["--pretrain-steps=0"], "--pretrain-steps"),
+    (pretrain_mini_bert, ["--scratch-learning-rate=inf"], "--scratch-learning-rate"),
+    (pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir"),
+    (pretrain_mini_bert, ["--objective=nsp"], "--objective: invalid choice: 'nsp'"),
+    (pretrain_mini_bert, ["--pretraining-text=books"], "--pretraining-text: invalid choice: 'books'"),
+    (pretrain_mini_bert, ["--pretrain-dropout=1"], "--pretrain-dropout: expected a finite number >= 0.0 and <= 0.99"),
+    (train_imdb, ["--ema=1"], "--ema: expected a finite number >= 0.0 and <= 0.9999, got 1"),
+    (train_imdb, ["--ema=-0.5"], "--ema"),
+    (train_gpt, ["--preset=transformer_tiny"], "gpt_tiny"),
+    (train_gpt, ["--model-parallel=0"], "--model-parallel"),
+]
+# Refused after that look (a recipe's own checks once `common.parse_args` returns) or by it: on every backend.
+AFTER_PARSE = [
     (train_translator, ["--split-by=source"], "--split-by source needs --dataset spa-eng and the full"),  # bundled sample only
-    pytest.param(train_translator, ["--batch-size=0"], "--batch-size", marks=PARSED),
-    pytest.param(train_vit, ["--dataset=imagenet"], "--dataset", marks=PARSED),
     (train_vit, ["--dataset=cifar10", "--preset=vit_tiny"], "vit_small_cifar"),
-    pytest.param(train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--pretrain-steps=0"], "--pretrain-steps", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--scratch-learning-rate=inf"], "--scratch-learning-rate", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--data-dir=/no/such/dir"], "/no/such/dir", marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--objective=nsp"], "--objective: invalid choice: 'nsp'", marks=PARSED),
     (pretrain_mini_bert, ["--pretraining-text=packed"], "--pretraining-text packed needs --objective mlm"),
-    pytest.param(pretrain_mini_bert, ["--pretraining-text=books"], "--pretraining-text: invalid choice: 'books'",
-                 marks=PARSED),
-    pytest.param(pretrain_mini_bert, ["--pretrain-dropout=1"], "--pretrain-dropout: expected a finite number >= 0.0 and <= 0.99",
-                 marks=PARSED),
-    pytest.param(train_imdb, ["--ema=1"], "--ema: expected a finite number >= 0.0 and <= 0.9999, got 1", marks=PARSED),
-    pytest.param(train_imdb, ["--ema=-0.5"], "--ema", marks=PARSED),
     (train_gpt, ["--sequence-length=4096"], "--sequence-length must be in [2, 128]"),
-    pytest.param(train_gpt, ["--preset=transformer_tiny"], "gpt_tiny", marks=PARSED),
-    pytest.param(train_gpt, ["--model-parallel=0"], "--model-parallel", marks=PARSED),
     # Needs JAX (TensorFlow, torch) or enough devices (JAX here has 1).
     (train_gpt, ["--model-parallel=2"], "--model-parallel 2"),
-])
+]
+
+
+@pytest.mark.parametrize("recipe, flags, message", [pytest.param(*case, marks=ONCE) for case in PARSED] + AFTER_PARSE)
 def test_bad_flags_exit_2_naming_the_flag(recipe, flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         recipe.main(flags)
@@ -69,7 +66,7 @@ def test_bad_flags_exit_2_naming_the_flag(recipe, flags, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@PARSED
+@ONCE
 def test_an_output_dir_that_is_a_file_fails_before_any_work(tmp_path, capsys):
     (tmp_path / "taken").write_text("not a folder")
     for output_dir in (tmp_path / "taken", tmp_path / "taken" / "below"):
