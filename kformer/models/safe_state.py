@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import secrets
-import threading
 import zipfile
 
 import keras
@@ -107,8 +106,8 @@ def save_atomically(model, filepath, save, **kwargs):
             or (kwargs.get("overwrite") is False and path.exists())):
         return save(filepath, **kwargs)
     check_variables_hold_values(model)
-    # Each writer its own temporary file (threads share the pid): the last rename wins, none fails.
-    tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}-{path.name}")
+    # Each writer its own temporary file (a process's threads share its pid): the last rename wins, none fails.
+    tmp = path.with_name(f".tmp-{os.getpid()}-{secrets.token_hex(4)}-{path.name}")
     try:
         save(str(tmp), **kwargs)
         check_keras_file(tmp)
