@@ -202,7 +202,16 @@ def test_bad_checkpoints_are_refused_by_name(checkpoints, tmp_path):
     with pytest.raises(ValueError, match="position_embedding_type"):
         from_pretrained(folder)
     (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
-    with pytest.raises(ValueError, match=r"model.safetensors: tensor 'bert.encoder.layer.0.intermediate"):
+    with pytest.raises(ValueError, match=r"config.json: `intermediate_size`=48, but model.safetensors holds tensor "
+                                         r"'bert.encoder.layer.0.intermediate.dense.bias'"):
+        from_pretrained(folder)
+    # sizes that would take minutes and gigabytes to build are compared with the tensors first
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 100_000}))
+    with pytest.raises(ValueError, match=r"`num_hidden_layers`=100000, but model.safetensors holds 2 layers"):
+        from_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 10 ** 7}))
+    with pytest.raises(ValueError, match=r"`max_position_embeddings`=10000000, but model.safetensors holds tensor "
+                                         r"'bert.embeddings.position_embeddings.weight'"):
         from_pretrained(folder)
     (folder / "config.json").write_text(json.dumps({**config, "vocab_size": len(VOCAB) + 1}))
     with pytest.raises(ValueError, match=r"tokenizer.json holds \d+ tokens, but config.json's `vocab_size`"):

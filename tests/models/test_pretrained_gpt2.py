@@ -186,13 +186,119 @@ def _copy(folder, to, config=None, drop=None):
     ({"reorder_and_upcast_attn": True}, "`reorder_and_upcast_attn`=True"),
     ({"scale_attn_weights": False}, "`scale_attn_weights`=False"),
     ({"tie_word_embeddings": False}, "`tie_word_embeddings`=False"),
-    ({"n_embd": 64}, "'transformer.wte.weight' has shape"),
-    ({"n_layer": 3}, "no tensor 'transformer.h.2.attn.c_attn.weight'"),
+    ({"n_embd": 64}, "`n_embd`=64, but model.safetensors holds tensor 'transformer.wte.weight' of shape (300, 32)"),
+    ({"n_layer": 3}, "`n_layer`=3, but model.safetensors holds 2 layers"),
+    # sizes that would take minutes and gigabytes to build are compared with the tensors first
+    ({"n_layer": 100_000}, "`n_layer`=100000, but model.safetensors holds 2 layers; the checkpoint was not loaded "
+                           "(nothing was built)"),
+    ({"n_embd": 2 ** 20}, "`n_embd`=1048576, but model.safetensors holds tensor 'transformer.wte.weight'"),
+    ({"n_inner": 2 ** 24}, "`n_inner`=16777216, but model.safetensors holds tensor 'transformer.h.0.mlp.c_fc.bias'"),
+    ({"n_positions": 10 ** 7}, "`n_positions`=10000000, but model.safetensors holds tensor 'transformer.wpe.weight'"),
 ])
 def test_bad_config_is_named(checkpoint, tmp_path, change, message):
     folder = _copy(checkpoint[0], tmp_path / "bad", config=change)
     with pytest.raises(ValueError, match=_escape(message)):
         from_pretrained(folder)
+
+
+ONCE_FILES = ("the checkpoint's files are read and checked with NumPy before any backend code runs; the model "
+              "is then built as on every backend")
+
+
+def _sharded(folder, to, shards):
+    """The checkpoint as an index and shard files: `shards` maps a tensor name to the shard file the index
+    names for it (a name, a path, or a value of another type); every other tensor goes to `part-1.safetensors`."""
+    from safetensors.numpy import load_file, save_file
+
+    to.mkdir()
+    (to / "config.json").write_text((folder / "config.json").read_text())
+    weights = load_file(folder / "model.safetensors")
+    save_file(weights, to / "part-1.safetensors", metadata={"format": "pt"})
+    weight_map = {name: shards.get(name, "part-1.safetensors") for name in weights}
+    (to / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return to, weights
+
+
+@pytest.mark.once(ONCE_FILES)
+def test_a_sharded_checkpoint_loads_the_same_logits(checkpoint, lm, tmp_path):
+    folder, weights = _sharded(checkpoint[0], tmp_path / "sharded", {})
+    from safetensors.numpy import save_file
+
+    second = {k: v for k, v in weights.items() if ".h.1." in k}  # layer 1 in its own shard
+    save_file(second, folder / "part-2.safetensors", metadata={"format": "pt"})
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"].update({k: "part-2.safetensors" for k in second})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    ids = np.arange(1, 17, dtype="int32")[None]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(from_pretrained(folder, preprocessor=False)(ids)),
+                               keras.ops.convert_to_numpy(lm(ids)), atol=1e-6)
+
+
+@pytest.mark.once(ONCE_FILES)
+@pytest.mark.parametrize("shard, message", [
+    ("../outside.safetensors", "names the shard '../outside.safetensors'; expected a file name inside"),
+    ("OUTSIDE", "; expected a file name inside"),  # the absolute path of the same file
+    ("link.safetensors", "names the shard 'link.safetensors', which leads to"),  # a symbolic link out of the folder
+    (7, "names the shard 7; expected a file name inside"),
+], ids=["dot-dot", "absolute", "symlink", "not a name"])
+def test_an_index_cannot_lead_outside_the_checkpoint_folder(checkpoint, tmp_path, shard, message):
+    """A stranger's `model.safetensors.index.json` naming a file outside its folder is refused by name
+    before any shard is opened (the file outside is a valid shard: it used to load)."""
+    from safetensors.numpy import save_file
+
+    outside = tmp_path / "outside.safetensors"
+    if shard == "OUTSIDE":
+        shard = str(outside)
+    folder, weights = _sharded(checkpoint[0], tmp_path / "sharded", {"transformer.ln_f.bias": shard})
+    save_file({"transformer.ln_f.bias": weights["transformer.ln_f.bias"]}, outside, metadata={"format": "pt"})
+    (folder / "link.safetensors").symlink_to(outside)
+    with pytest.raises(ValueError, match=_escape(message)):
+        from_pretrained(folder)
+
+
+@pytest.mark.once(ONCE_FILES)
+def test_tensor_entries_are_checked_not_taken_at_face_value(checkpoint, tmp_path):
+    """An integer tensor for a float weight is refused (it was cast silently), overlapping byte ranges
+    (which the format forbids) are refused, and non-finite weights load with a warning naming them."""
+    from safetensors.numpy import load_file, save_file
+
+    from kformer.models.pretrained import common
+
+    weights = load_file(checkpoint[0] / "model.safetensors")
+    folder = _copy(checkpoint[0], tmp_path / "int")
+    save_file({**weights, "transformer.ln_f.bias": weights["transformer.ln_f.bias"].astype("int32")},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=_escape("tensor 'transformer.ln_f.bias' is stored as int32 (integer or "
+                                                 "boolean), but final_norm")):
+        from_pretrained(folder)
+
+    save_file({**weights, "transformer.ln_f.weight": np.full(32, np.nan, "float32")}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match=_escape("tensor 'transformer.ln_f.weight' holds 32 NaN or infinite values "
+                                                 "of 32")):
+        from_pretrained(folder, preprocessor=False)
+
+    header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                         "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()
+    (tmp_path / "overlap.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(12))
+    with pytest.raises(ValueError, match=_escape("tensors 'a' and 'b' share bytes 4-8 (overlapping `data_offsets`")):
+        common.read_safetensors(tmp_path / "overlap.safetensors")
+
+
+@pytest.mark.once(ONCE_FILES)
+def test_save_pretrained_through_a_symbolic_link_replaces_its_target(lm, tmp_path):
+    """`save_pretrained(link, overwrite=True)` rewrites the folder the link points to and keeps the link;
+    nothing (`.link.old-*`) is left beside it."""
+    target = tmp_path / "store" / "gpt2"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("from an older save")
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    lm.save_pretrained(link, overwrite=True)
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert (target / "config.json").is_file() and not (target / "stale.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "store"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["gpt2"]
 
 
 def test_missing_tensor_and_bad_task_are_named(checkpoint, tmp_path):

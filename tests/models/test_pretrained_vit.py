@@ -137,10 +137,18 @@ def test_resize_differs_from_pil_slightly(checkpoint, loaded):
     ({"image_size": [32, 32]}, r"config.json: `image_size`=\[32, 32\] must be a positive int"),
     ({"num_labels": 4}, r"config.json: `num_labels`=4 but `id2label` names 5 classes"),
     ({"architectures": ["ViTForMaskedImageModeling"]}, r"config.json: `architectures`="),
-    ({"intermediate_size": 128}, r"model.safetensors: tensor 'vit.encoder.layer.0.intermediate.dense.weight' has "
-                                 r"shape \(64, 32\), but the config gives \(128, 32\)"),
-    ({"num_hidden_layers": 1}, r"model.safetensors holds 16 tensors .*vit.encoder.layer.1"),
-    ({"num_hidden_layers": 3}, r"model.safetensors has no tensor 'vit.encoder.layer.2.attention.attention.query"),
+    ({"intermediate_size": 128}, r"config.json: `intermediate_size`=128, but model.safetensors holds tensor "
+                                 r"'vit.encoder.layer.0.intermediate.dense.bias' of shape \(64,\)"),
+    ({"num_hidden_layers": 1}, r"config.json: `num_hidden_layers`=1, but model.safetensors holds 2 layers"),
+    ({"num_hidden_layers": 3}, r"config.json: `num_hidden_layers`=3, but model.safetensors holds 2 layers"),
+    # sizes that would take minutes and gigabytes to build are compared with the tensors first
+    ({"num_hidden_layers": 100_000}, r"`num_hidden_layers`=100000, but model.safetensors holds 2 layers; .*nothing "
+                                     r"was built"),
+    ({"hidden_size": 2 ** 20, "num_attention_heads": 2}, r"`hidden_size`=1048576, but model.safetensors holds "
+                                                         r"tensor 'vit.embeddings.cls_token'"),
+    ({"image_size": 2 ** 16, "preprocessor": {"size": {"height": 2 ** 16, "width": 2 ** 16}}}, r"`image_size`=65536 with `patch_size`=8 makes 67108865 positions, but "
+                              r"model.safetensors holds tensor 'vit.embeddings.position_embeddings' of shape "
+                              r"\(1, 17, 32\)"),
     ({"preprocessor": {"resample": 3}}, r"preprocessor_config.json: `resample`=3 cannot be represented exactly"),
     ({"preprocessor": {"do_center_crop": True}}, r"preprocessor_config.json: `do_center_crop`=True"),
     ({"preprocessor": {"size": {"height": 64, "width": 64}}}, r"preprocessor_config.json: `size`="),

@@ -9,11 +9,12 @@ field and the value, before any weight is assigned.
 """
 
 import pathlib
+import re
 
 import numpy as np
 
-from kformer.models.pretrained.common import (Entry, assign_all, field, linear, norm, read_json, read_weights,
-                                               take, to_kformer)
+from kformer.models.pretrained.common import (Entry, assign_all, check_sizes, field, linear, norm, read_json,
+                                               read_weights, take, to_kformer)
 
 TASKS = ("backbone", "fill_mask", "text_classification")
 ARCHITECTURES = {"BertModel": "backbone", "BertForMaskedLM": "fill_mask", "BertForPreTraining": "fill_mask",
@@ -85,6 +86,14 @@ def load(folder, config, task=None, num_classes=None, sequence_length=None, **kw
     elif (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file():
         load_tokenizer(folder, config)  # checked against the weights all the same
 
+    e = f"{prefix}embeddings."
+    check_sizes(weights, {"num_hidden_layers": (args["num_layers"], rf"{re.escape(prefix)}encoder\.layer\.(\d+)\."),
+                          "vocab_size": (args["vocabulary_size"], f"{e}word_embeddings.weight", 0),
+                          "hidden_size": (args["hidden_dim"], f"{e}word_embeddings.weight", 1),
+                          "max_position_embeddings": (args["sequence_length"], f"{e}position_embeddings.weight", 0),
+                          "type_vocab_size": (args["num_segments"], f"{e}token_type_embeddings.weight", 0),
+                          "intermediate_size": (args["intermediate_dim"],
+                                                f"{prefix}encoder.layer.0.intermediate.dense.bias", 0)}, file)
     backbone = BertBackbone(**args)
     table = backbone_table(backbone, prefix, pooler=f"{prefix}pooler.dense.weight" in weights)
     _check_unused(weights, prefix, file)

@@ -8,6 +8,7 @@ file, the field and the value, before any weight is assigned.
 import json
 import os
 import pathlib
+import warnings
 
 import numpy as np
 
@@ -155,17 +156,36 @@ def read_weights(folder):
         return read_safetensors(single)
     if index.is_file():
         try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+            shards = list(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"{index} is not a safetensors index (a `weight_map` of tensor -> file): "
                              f"{type(err).__name__}: {err}") from None
+        paths = [_shard_path(folder, index, shard) for shard in shards]  # every name checked before any is opened
         weights = {}
-        for shard in shards:
-            weights.update(read_safetensors(folder / shard))
+        for path in sorted(set(paths)):
+            weights.update(read_safetensors(path))
         return weights
     found = sorted(p.name for p in folder.iterdir())[:10]
     raise ValueError(f"{folder} holds no model.safetensors (nor model.safetensors.index.json); it holds "
                      f"{found}. Only safetensors weights are read (never pickled .bin files).")
+
+
+def _shard_path(folder, index, shard):
+    """The shard file `shard` that `index` names, refused unless it is a plain file name inside `folder`.
+
+    An index from a stranger could name `../elsewhere.safetensors`, an absolute path or a symbolic
+    link leading out of the folder; nothing outside the checkpoint folder is ever opened.
+    """
+    if not isinstance(shard, str) or not shard or pathlib.PurePath(shard).is_absolute() \
+            or ".." in pathlib.PurePath(shard).parts:
+        raise ValueError(f"{index}: `weight_map` names the shard {shard!r}; expected a file name inside "
+                         f"{folder} (no absolute path, no `..`). No weights were read.")
+    path = folder / shard
+    inside = folder.resolve()
+    if not path.resolve().is_relative_to(inside):
+        raise ValueError(f"{index}: `weight_map` names the shard {shard!r}, which leads to {path.resolve()}, outside "
+                         f"the checkpoint folder {inside} (a symbolic link?). No weights were read.")
+    return path
 
 
 def read_safetensors(path):
@@ -185,7 +205,7 @@ def read_safetensors(path):
         raise ValueError(f"{path} is not a safetensors file: its header does not parse (truncated or another "
                          "format).")
     body = memoryview(data)[8 + size:]
-    tensors = {}
+    tensors, spans = {}, []
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -197,12 +217,18 @@ def read_safetensors(path):
         if not 0 <= start <= end <= len(body) or end - start != count * np.dtype(dtype).itemsize:
             raise ValueError(f"{path}: tensor {name!r} ({info['dtype']} {list(shape)}) needs bytes {start}-{end} "
                              f"of {len(body)}: the file is truncated or damaged.")
+        spans.append((start, end, name))
         array = np.frombuffer(body[start:end], dtype).reshape(shape)
         if info["dtype"] == "BF16":
             array = (array.astype(np.uint32) << 16).view(np.float32)
         elif info["dtype"] in ("F16", "F64"):
             array = array.astype(np.float32)
         tensors[name] = array
+    spans.sort()
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:  # the format gives each tensor its own bytes
+            raise ValueError(f"{path}: tensors {first!r} and {second!r} share bytes {start}-{end} (overlapping "
+                             "`data_offsets`, which the safetensors format forbids): the file is damaged or forged.")
     return tensors
 
 
@@ -216,6 +242,39 @@ def take(weights, name, shape, file="model.safetensors"):
         raise ValueError(f"{file}: tensor {name!r} has shape {tuple(array.shape)}, but the config gives "
                          f"{tuple(shape)}.")
     return array
+
+
+def check_sizes(weights, sizes, file="model.safetensors"):
+    """The sizes config.json states, checked against the tensors before any model is built.
+
+    A config from a stranger can ask for 100,000 layers or a width of a million: building that
+    takes minutes and gigabytes before the first tensor is compared. Each size is compared with
+    what the tensors hold, and the first that differs is a ValueError naming the field.
+
+    Args:
+        weights: dict of tensor name -> array (from `read_weights`).
+        sizes: dict of config field -> (value, tensor name, axis) for a tensor dimension, or
+            (value, regex) for a count: the number of distinct first groups the regex matches
+            among the tensor names (layer indices).
+        file: the weights file named in errors.
+    """
+    import re
+
+    for name, (value, *where) in sizes.items():
+        if len(where) == 1:
+            pattern = re.compile(where[0])
+            found = len({m.group(1) for m in map(pattern.match, weights) if m})
+            what = f"{found} layers"
+        else:
+            tensor, axis = where
+            if tensor not in weights:
+                continue  # `to_kformer` names the missing tensor
+            shape = tuple(weights[tensor].shape)
+            found = shape[axis] if -len(shape) <= axis < len(shape) else None
+            what = f"tensor {tensor!r} of shape {shape}"
+        if found != value:
+            raise ValueError(f"config.json: `{name}`={value!r}, but {file} holds {what}; the checkpoint was not "
+                             "loaded (nothing was built).")
 
 
 def assign_all(pairs):
@@ -276,6 +335,13 @@ def to_kformer(weights, entries, file="model.safetensors"):
             array = array[..., index * width:(index + 1) * width]
         if entry.axes is not None:
             array = np.transpose(array, entry.axes)
+        if "float" in str(entry.variable.dtype) and array.dtype.kind != "f":
+            raise ValueError(f"{file}: tensor {entry.name!r} is stored as {array.dtype} (integer or boolean), but "
+                             f"{entry.variable.path} holds floating-point weights; the checkpoint was not loaded.")
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            warnings.warn(f"{file}: tensor {entry.name!r} holds {int(np.size(array) - np.isfinite(array).sum())} "
+                          f"NaN or infinite values of {np.size(array)}; the model's outputs will not be finite.",
+                          stacklevel=2)
         pairs.append((entry.variable, np.reshape(array, tuple(entry.variable.shape))))
     return pairs
 
@@ -367,6 +433,8 @@ def write_folder(folder, files, overwrite=False):
     import uuid
 
     folder = pathlib.Path(folder)
+    if folder.is_symlink():  # replace what the link points to; the link itself stays
+        folder = folder.resolve()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"`folder`={str(folder)!r} is a file, not a folder; nothing was written.")
     if folder.is_dir() and any(folder.iterdir()) and not overwrite:

@@ -16,11 +16,12 @@ weight is read or assigned. Known difference in `generate` (not in the logits): 
 
 import json
 import pathlib
+import re
 
 import numpy as np
 
 from kformer.models.gpt import CausalLM
-from kformer.models.pretrained.common import Entry, assign_all, field, norm, read_weights, to_kformer
+from kformer.models.pretrained.common import Entry, assign_all, check_sizes, field, norm, read_weights, to_kformer
 
 ACTIVATIONS = {"gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "gelu": "gelu"}
 TASKS = (None, "causal_lm", "text_generation")
@@ -121,6 +122,13 @@ def load(folder, config, task=None, **kwargs):
                           table=table, buffers=BUFFERS)
 
 
+# config.json's name for each `CausalLM` size, per family (errors name the field the user sees)
+FIELDS = {"GPT-2": dict(num_layers="n_layer", vocabulary_size="vocab_size", hidden_dim="n_embd",
+                        sequence_length="n_positions", intermediate_dim="n_inner"),
+          "GPT-Neo": dict(num_layers="num_layers", vocabulary_size="vocab_size", hidden_dim="hidden_size",
+                          sequence_length="max_position_embeddings", intermediate_dim="intermediate_size")}
+
+
 def load_causal_lm(folder, config, task, kwargs, *, family, model_arguments, table, buffers):
     """GPT-2's and GPT-Neo's `load`: check the task and options, build the `CausalLM` from
     `model_arguments(config)`, and assign the weights by `table` (every shape checked first)."""
@@ -133,12 +141,18 @@ def load_causal_lm(folder, config, task, kwargs, *, family, model_arguments, tab
         raise ValueError(f"Unknown {family} `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
     args = model_arguments(config)
     weights = read_weights(folder)
+    prefix = "transformer." if "transformer.wte.weight" in weights else ""
+    names = FIELDS[family]
+    check_sizes(weights, {names["num_layers"]: (args["num_layers"], rf"{re.escape(prefix)}h\.(\d+)\."),
+                          names["vocabulary_size"]: (args["vocabulary_size"], prefix + "wte.weight", 0),
+                          names["hidden_dim"]: (args["hidden_dim"], prefix + "wte.weight", 1),
+                          names["sequence_length"]: (args["sequence_length"], prefix + "wpe.weight", 0),
+                          names["intermediate_dim"]: (args["intermediate_dim"], prefix + "h.0.mlp.c_fc.bias", 0)})
     preprocessor = kwargs.pop("preprocessor", None)
     if preprocessor is None:
         preprocessor = _default_preprocessor(folder, config, args["sequence_length"])
     args.update(kwargs)
     model = CausalLM(**args, preprocessor=preprocessor or None)
-    prefix = "transformer." if "transformer.wte.weight" in weights else ""
     entries = table(model, prefix)
     pairs = to_kformer(weights, entries)  # every tensor's shape checked before any assignment
     _check_tensors(weights, entries, prefix, family, buffers)

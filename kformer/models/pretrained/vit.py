@@ -10,8 +10,8 @@ PIL bilinear with antialiasing when shrinking).
 import json
 import math
 
-from kformer.models.pretrained.common import (CONV, Entry, assign_all, field, linear, norm, read_weights, refuse,
-                                               to_hf, to_kformer, write_folder, write_json)
+from kformer.models.pretrained.common import (CONV, Entry, assign_all, check_sizes, field, linear, norm, read_weights,
+                                               refuse, to_hf, to_kformer, write_folder, write_json)
 
 ARCHITECTURES = ("ViTForImageClassification",)
 TASKS = (None, "image_classification")
@@ -64,6 +64,7 @@ def load(folder, config, task=None, num_classes=None, class_names=None, **kwargs
         new_head = False
     pixels = _pixel_arguments(folder, arguments["image_size"], arguments["channels"])
     weights = read_weights(folder)
+    _check_sizes(weights, arguments)
     model = ViTImageClassifier(**arguments, **pixels, preprocessor=ImageClassifierPreprocessor(
         arguments["image_size"], arguments["channels"]))
     pairs = _pairs(model, weights, arguments, new_head)
@@ -98,6 +99,25 @@ def _model_arguments(config):
                 hidden_dim=ints["hidden_size"], num_layers=ints["num_hidden_layers"],
                 num_heads=ints["num_attention_heads"], intermediate_dim=ints["intermediate_size"],
                 layer_norm_epsilon=float(epsilon), num_classes=len(names), class_names=names)
+
+
+def _check_sizes(weights, arguments):
+    """config.json's sizes against the tensors, before anything is built (a stranger's config can ask for
+    a model of any size)."""
+    hidden, patch = arguments["hidden_dim"], arguments["patch_size"]
+    check_sizes(weights, {"num_hidden_layers": (arguments["num_layers"], r"vit\.encoder\.layer\.(\d+)\."),
+                          "hidden_size": (hidden, "vit.embeddings.cls_token", 2),
+                          "patch_size": (patch, "vit.embeddings.patch_embeddings.projection.weight", 2),
+                          "num_channels": (arguments["channels"], "vit.embeddings.patch_embeddings.projection.weight",
+                                           1),
+                          "intermediate_size": (arguments["intermediate_dim"],
+                                                "vit.encoder.layer.0.intermediate.dense.bias", 0)})
+    positions = weights.get("vit.embeddings.position_embeddings")
+    tokens = (arguments["image_size"] // patch) ** 2 + 1
+    if positions is not None and positions.ndim == 3 and positions.shape[1] != tokens:
+        raise ValueError(f"config.json: `image_size`={arguments['image_size']} with `patch_size`={patch} makes "
+                         f"{tokens} positions, but model.safetensors holds tensor 'vit.embeddings.position_embeddings'"
+                         f" of shape {tuple(positions.shape)}; the checkpoint was not loaded (nothing was built).")
 
 
 def _int(config, name, default):
