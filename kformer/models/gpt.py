@@ -1,6 +1,7 @@
 """Decoder-only causal language model (GPT-2, Radford et al. 2019)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
@@ -228,7 +229,9 @@ class CausalLM(GenerativeTask):
                 or a str / list of str (needs the preprocessor).
             max_length: int. Total length, prompt included. Defaults to the
                 preprocessor's `sequence_length` (strings) or the model's. A
-                string prompt keeps its first `max_length - 1` tokens.
+                string prompt of `max_length` tokens or more (start token
+                included) is a ValueError naming it: nothing would be left
+                to generate. (The export keeps a long prompt's beginning.)
             **kwargs: `kformer.models.generate` arguments (`strategy`, `k`,
                 `p`, `temperature`, `seed`, `num_beams`, `end_token_id`, ...).
 
@@ -243,9 +246,18 @@ class CausalLM(GenerativeTask):
         preprocessor = self.preprocessor
         single = isinstance(prompts, str)
         max_length = preprocessor.sequence_length if max_length is None else max_length
-        # A prompt keeps its first max_length - 1 tokens (room to generate), as the export does.
-        ids = preprocessor.prompt_ids([prompts] if single else prompts, max_tokens=max_length - 1 if
-                                      isinstance(max_length, int) and max_length > 1 else None)
+        valid = isinstance(max_length, int) and not isinstance(max_length, bool) and max_length > 1
+        # One token more than fits, so a prompt that leaves no room to generate is seen (and named).
+        ids = preprocessor.prompt_ids([prompts] if single else prompts, max_tokens=max_length if valid else None)
+        if valid:
+            lengths = np.count_nonzero(ids, axis=1)
+            too_long = np.flatnonzero(lengths >= max_length)
+            if too_long.size:
+                i = int(too_long[0])
+                raise ValueError(f"`prompts`[{i}] is {max_length} or more tokens long (a start token included), "
+                                 f"but `max_length`={max_length} leaves room for {max_length - 1} before the first "
+                                 f"generated token ({too_long.size} of {len(ids)} prompts are that long). Raise "
+                                 "`max_length` or shorten the prompt.")
         ids = generate_ids(self, ids, max_length=max_length,
                            start_token_id=None, end_token_id=kwargs.pop("end_token_id", preprocessor.end_token_id),
                            **kwargs)

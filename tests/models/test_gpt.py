@@ -126,5 +126,9 @@ def test_strings_in_strings_out_and_fit_on_raw_text(tmp_path):
     assert np.isfinite(history.history["loss"][0])
     out = lm.generate(["The movie was", "I"], max_length=12)
     assert len(out) == 2 and out[0].startswith("the movie was")
+    # [START] the movie was: 4 tokens leave nothing to generate at max_length=4 (the prompt was cut to [START])
+    with pytest.raises(ValueError, match=r"`prompts`\[0\] is 4 or more tokens long .* `max_length`=4 leaves room for 3"):
+        lm.generate(["The movie was", "I"], max_length=4)
+    assert lm.generate(["The movie was", "I"], max_length=5)[0].startswith("the movie was")
     lm.save(tmp_path / "lm.keras")
     assert models.load(tmp_path / "lm.keras").generate(["The movie was", "I"], max_length=12) == out

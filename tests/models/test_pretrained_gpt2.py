@@ -141,6 +141,10 @@ def test_preprocessor_training_data_and_string_generate(checkpoint, lm):
         assert 0 not in row
         expected.append(hf.decode([t for t in row if t != VOCAB - 1]))
     assert lm.generate(prompts, max_length=15, end_token_id=None) == expected
+    long = len(hf(prompts[1])["input_ids"])  # a prompt that leaves no room to generate is named, not cut to nothing
+    with pytest.raises(ValueError, match=rf"`prompts`\[1\] is {long} or more tokens long .* `max_length`={long} leaves "
+                                         rf"room for {long - 1}"):
+        lm.generate(prompts, max_length=long)
     with pytest.raises(ValueError, match="token id 0"):
         preprocessor.prompt_ids(["Wow!"])
 
