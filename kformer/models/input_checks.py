@@ -145,6 +145,56 @@ def check_labels(task, x, y, limits):
                              f"to {array.max()}")
 
 
+def check_weights(x, sample_weight=None, class_weight=None, limits=None):
+    """A ValueError naming `sample_weight` or `class_weight` unless each weight is a finite number >= 0.
+
+    A NaN weight makes the loss NaN and, after one step, every weight of the model (Keras trains on it
+    without a word); a negative one trains away from the labels.
+
+    Args:
+        x: the inputs, for their row count (`sample_weight` holds one weight per row).
+        sample_weight: None, an array or list (one weight per input, or a row of weights per input),
+            or a dict output name -> such an array.
+        class_weight: None or a dict class id -> weight.
+        limits: dict output name -> number of classes; with one output its class ids bound `class_weight`.
+    """
+    if sample_weight is not None and not hasattr(sample_weight, "element_spec"):
+        expected_rows = rows(x)
+        items = sample_weight.items() if isinstance(sample_weight, dict) else [(None, sample_weight)]
+        for output, weights in items:
+            shown = "sample_weight" if output is None else f"sample_weight[{output!r}]"
+            try:
+                array = np.asarray(keras.ops.convert_to_numpy(weights) if _is_array(weights) else weights,
+                                   dtype="float64")
+            except (ValueError, TypeError):
+                raise ValueError(f"`{shown}` must be numbers, one per input. Received: {type(weights).__name__}"
+                                 ) from None
+            if array.ndim == 0:
+                raise ValueError(f"`{shown}` must hold one weight per input, not a scalar. Received: "
+                                 f"{shown}={weights!r}")
+            if expected_rows is not None and len(array) != expected_rows:
+                raise ValueError(f"`{shown}` has {len(array)} weights but `x` has {expected_rows} inputs: expected "
+                                 f"one per input. Received: len({shown})={len(array)}")
+            bad = np.flatnonzero(~(np.isfinite(array) & (array >= 0)).reshape(len(array), -1).all(axis=1))
+            if bad.size:
+                raise ValueError(f"`{shown}` must be finite numbers >= 0. Received: {shown}[{bad[0]}]="
+                                 f"{array[bad[0]].tolist()!r} ({bad.size} of {len(array)} rows)")
+    if class_weight is not None:
+        if not isinstance(class_weight, dict):
+            raise ValueError(f"`class_weight` must be a dict of class id -> weight. Received: "
+                             f"{type(class_weight).__name__}")
+        limit = next(iter(limits.values())) if limits and len(limits) == 1 else None
+        for key, weight in class_weight.items():
+            if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or key < 0 or (
+                    limit is not None and key >= limit):
+                raise ValueError(f"`class_weight` keys must be class ids in [0, {limit if limit else 'classes'}). "
+                                 f"Received: key {key!r}")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)) or not (
+                    np.isfinite(weight) and weight >= 0):
+                raise ValueError(f"`class_weight` values must be finite numbers >= 0. Received: "
+                                 f"class_weight[{key!r}]={weight!r}")
+
+
 def _dense(task, output, labels):
     """Whether `labels` have the whole shape of `output`'s logits (classes included, more than one)."""
     outputs = task._outputs_struct if isinstance(task._outputs_struct, dict) else {output: task.outputs[0]}

@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from kformer.models.input_checks import (check_batch_size, check_labels, check_model_inputs, check_raw_type,
-                                         rows)
+                                         check_weights, rows)
 from kformer.models.postprocess import classify
 from kformer.models.safe_state import restored_on_error, save_atomically
 
@@ -81,6 +81,8 @@ class KformerModel(keras.Model):
     def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):
         check_batch_size(batch_size)
         self._check_inputs(x)
+        limits = getattr(self, "label_limits", dict)()
+        check_weights(x, kwargs.get("sample_weight"), kwargs.get("class_weight"), limits)
         with restored_on_error(self):
             self._build_training_state(x, y, kwargs.get("sample_weight"))
             return super().fit(x, y, batch_size, *args, **kwargs)
@@ -88,6 +90,7 @@ class KformerModel(keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):
         check_batch_size(batch_size)
         self._check_inputs(x)
+        check_weights(x, kwargs.get("sample_weight"))
         with restored_on_error(self):
             return super().evaluate(x, y, batch_size, *args, **kwargs)
 
@@ -271,6 +274,7 @@ class Task(KformerModel):
         if (isinstance(x, (list, tuple)) and len(x) == 0) or rows(x) == 0:
             raise ValueError(f"`x` is empty: nothing to train on. Received: x={x!r}")
         check_raw_type(self, x)
+        check_weights(x, sample_weight, kwargs.get("class_weight"), self.label_limits())
         if self._raw(x):
             if validation_split:
                 raise ValueError("`validation_split` is not supported with raw inputs: pass "
@@ -299,6 +303,7 @@ class Task(KformerModel):
         if (isinstance(x, (list, tuple)) and len(x) == 0) or rows(x) == 0:
             raise ValueError(f"`x` is empty: nothing to evaluate. Received: x={x!r}")
         check_raw_type(self, x)
+        check_weights(x, sample_weight)
         self._check_labels(x, y)
         if self._raw(x):
             x = self.preprocessor.dataset(x, y, sample_weight, batch_size=batch_size or 32)

@@ -146,6 +146,28 @@ def test_labels_are_checked_in_fit_and_evaluate(classifier, y, message):
             classifier.evaluate(x, y, verbose=0)
 
 
+@pytest.mark.parametrize("weights, message", [
+    ({"sample_weight": np.array([1.0, np.nan, 1.0, 1.0])}, r"`sample_weight` must be finite numbers >= 0. Received: "
+                                                           r"sample_weight\[1\]=nan \(1 of 4 rows\)"),
+    ({"sample_weight": [1.0, -1.0, 1.0, 1.0]}, r"sample_weight\[1\]=-1.0"),
+    ({"sample_weight": [1.0, 1.0]}, "`sample_weight` has 2 weights but `x` has 4 inputs"),
+    ({"sample_weight": ["a", 1, 1, 1]}, "`sample_weight` must be numbers, one per input"),
+    ({"class_weight": {0: 1.0, 1: float("nan")}}, r"`class_weight` values must be finite numbers >= 0. Received: "
+                                                  r"class_weight\[1\]=nan"),
+    ({"class_weight": {0: 1.0, 2: 1.0}}, r"`class_weight` keys must be class ids in \[0, 2\). Received: key 2"),
+])
+def test_sample_and_class_weights_are_checked(classifier, weights, message):
+    """A NaN weight trained the model into predicting NaN from then on, without a word (every backend)."""
+    before = classifier.predict(IDS, verbose=0)
+    for x in (TEXTS, IDS):
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(x, np.array([1, 0, 1, 0]), verbose=0, **weights)
+        if "sample_weight" in weights:
+            with pytest.raises(ValueError, match=message):
+                classifier.evaluate(x, np.array([1, 0, 1, 0]), verbose=0, **weights)
+    np.testing.assert_array_equal(classifier.predict(IDS, verbose=0), before)
+
+
 def test_every_task_checks_its_labels(tokenizer):
     size = tokenizer.vocabulary_size
     lm = models.causal_lm(preset="gpt_tiny", vocabulary_size=size, sequence_length=8)
