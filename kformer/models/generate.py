@@ -13,6 +13,7 @@ XLA-compiled on TensorFlow and JAX, eager on torch, once per setting.
 """
 
 import contextlib
+import threading
 import weakref
 
 import keras
@@ -25,6 +26,7 @@ from kformer.layers.checks import known_index
 from kformer.models import batching
 from kformer.models.decoding_options import check_decoding_options
 from kformer.models.generative import NEG_INF, GenerativeTask
+from kformer.models.safe_state import model_lock
 
 
 
@@ -366,6 +368,7 @@ def _run(task, token_ids, noise, c, xla, word_kinds=None):
 
 
 _COMPILED = {}
+_COMPILED_GUARD = threading.Lock()
 
 
 def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
@@ -467,18 +470,21 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     ids = np.asarray(ops.convert_to_numpy(ids))
     key = (id(model), tuple(sorted(config.items())), None if kinds is None else kinds.tobytes())
     xla = keras.backend.backend() != "torch"
-    if key not in _COMPILED:
-        generator = _Generator(model, config, kinds)
-        generator.compile(jit_compile=xla)
-        _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
-        _COMPILED[key] = (model, generator)
+    with _COMPILED_GUARD:  # threads decoding at once each keep the loop they looked up
+        if key not in _COMPILED:
+            generator = _Generator(model, config, kinds)
+            generator.compile(jit_compile=xla)
+            _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
+            _COMPILED[key] = (model, generator)
+        generator = _COMPILED[key][1]
     width = config["max_length"] + translator
     rows = len(ids)
     noise = np.random.default_rng(seed).random((rows, width)).astype("float32")
     if xla and pad_batch:  # XLA compiles once per batch size: a few sizes, not every one
         bucket = int(batching.batch_bucket(rows))
         ids, noise = (np.asarray(ops.convert_to_numpy(batching.repeat_last_row(a, bucket))) for a in (ids, noise))
-    out = _COMPILED[key][1].predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
+    with model_lock(model):  # on JAX the loop takes the task's variables out while it runs
+        out = generator.predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
     return np.asarray(ops.convert_to_numpy(out), "int32")[:rows]
 
 

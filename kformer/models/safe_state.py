@@ -7,6 +7,13 @@ input, a bad `batch_size`, a shape error in the first trace) leaves the
 variables empty: every later `predict`, `get_weights` and `save` fails, and a
 save writes a file without weights. `restored_on_error` puts the values back.
 TensorFlow and torch keep their variables in place, so it does nothing there.
+
+For the same reason two threads must not run one model's JAX loops at once: the
+second finds the values gone (or takes them out under the first, which then
+writes back deleted buffers) and the model is emptied for good. `model_lock`
+gives each model one lock, which `restored_on_error` and `generate` hold on JAX;
+a web service calling `predict` from a thread pool gets its answers one loop
+at a time.
 """
 
 import contextlib
@@ -14,6 +21,8 @@ import json
 import os
 import pathlib
 import secrets
+import threading
+import weakref
 import zipfile
 
 import keras
@@ -32,9 +41,30 @@ def _usable(value):
     return value is not None and not (hasattr(value, "is_deleted") and value.is_deleted())
 
 
+_LOCKS = weakref.WeakKeyDictionary()  # model -> its lock (JAX), dropped with the model
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def model_lock(model):
+    """On JAX, one thread at a time in `model`'s loops (`fit`, `predict`, `generate`, ...); a thread that
+    is already inside may enter again (`fit` runs `evaluate`). Does nothing on TensorFlow and torch,
+    whose variables stay in place while a loop runs."""
+    if keras.backend.backend() != "jax":
+        yield
+        return
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+    with lock:
+        yield
+
+
 @contextlib.contextmanager
 def restored_on_error(model):
-    """Run the body; if it raises on JAX, give every variable back its value before re-raising.
+    """Run the body holding `model_lock`; if it raises on JAX, give every variable back its value before
+    re-raising.
 
     The trainer's newest state is kept where it has one (a `fit` that fails
     in its third step keeps the two finished steps, as on TensorFlow and
@@ -43,12 +73,13 @@ def restored_on_error(model):
     if keras.backend.backend() != "jax":
         yield
         return
-    before = [(v, v._value) for v in _trainer_variables(model)]
-    try:
-        yield
-    except BaseException:
-        _restore(model, before)
-        raise
+    with model_lock(model):
+        before = [(v, v._value) for v in _trainer_variables(model)]
+        try:
+            yield
+        except BaseException:
+            _restore(model, before)
+            raise
 
 
 def _restore(model, before):

@@ -296,3 +296,48 @@ def test_labels_with_the_whole_output_shape_are_dense_targets(tokenizer):
     assert np.isfinite(task.fit(IDS, one_hot, verbose=0).history["loss"][0])
     with pytest.raises(ValueError, match="`y` must be finite"):
         task.fit(IDS, np.full((4, 2), np.nan, "float32"), verbose=0)
+
+
+def test_threads_calling_one_model_get_the_answers_and_leave_it_whole(tokenizer):
+    """Issue 75 (1): two threads calling one JAX model's `predict` emptied its variables for good (every later
+    call raised `TypeError: 'NoneType' object is not callable`), and threaded `generate` failed with "Invalid
+    buffer passed to Execute()". Each model's loops now take turns on JAX; every backend gives each thread the
+    answers it gives alone, and a `fit` running beside them leaves a model that predicts, decodes and saves."""
+    import concurrent.futures
+
+    size = tokenizer.vocabulary_size
+    classifier = models.text_classifier(preset="imdb_tiny", vocabulary_size=size, sequence_length=16,
+                                        preprocessor=TextClassifierPreprocessor(tokenizer, 16))
+    classifier.compile("adam", "sparse_categorical_crossentropy")
+    translator = models.translator(preset="transformer_tiny", vocabulary_size=size, sequence_length=8,
+                                   preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 8))
+    lm = models.causal_lm(preset="gpt_tiny", vocabulary_size=size, sequence_length=8,
+                          preprocessor=CausalLMPreprocessor(tokenizer, 8))
+    calls = {"predict": lambda: classifier.predict(TEXTS, verbose=0),
+             "translate": lambda: translator.translate(TEXTS[:2], max_length=6),
+             "generate": lambda: lm.generate(TEXTS[2:], max_length=6)}
+    alone = {name: call() for name, call in calls.items()}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [(name, pool.submit(call)) for _ in range(4) for name, call in calls.items()]
+        for name, future in futures:
+            if name == "predict":
+                np.testing.assert_allclose(future.result(), alone[name], atol=1e-6)
+            else:
+                assert future.result() == alone[name], name
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        fit = pool.submit(classifier.fit, TEXTS, np.array([1, 0, 1, 0]), epochs=3, verbose=0)
+        others = [pool.submit(calls["predict"]) for _ in range(4)]
+        assert np.isfinite(fit.result().history["loss"]).all()
+        for future in others:
+            assert np.isfinite(future.result()).all()
+    assert np.isfinite(classifier.predict(TEXTS, verbose=0)).all() and lm.generate(TEXTS[2:], max_length=6)
+    check_keras_saves(classifier)
+
+
+def check_keras_saves(model):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        model.save(pathlib.Path(folder) / "m.keras")
+        np.testing.assert_allclose(models.load(pathlib.Path(folder) / "m.keras").predict(TEXTS, verbose=0),
+                                   model.predict(TEXTS, verbose=0), atol=1e-6)
