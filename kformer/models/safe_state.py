@@ -106,14 +106,31 @@ def check_variables_hold_values(model):
                            "save would write no weights; nothing was written.")
 
 
+MAX_JSON_BYTES = 64 * 2 ** 20  # a .keras file's config.json / metadata.json, inflated (real ones: kilobytes)
+
+
+class _Refused(Exception):
+    pass
+
+
 def check_keras_file(path):
     """Raise a ValueError unless `path` is a whole `.keras` archive: a zip with its config and weights."""
     path = pathlib.Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
+            for member in archive.infolist():  # sizes from the zip's directory: nothing inflated yet
+                if member.filename.endswith(".json") and member.file_size > MAX_JSON_BYTES:
+                    raise _Refused(f"its member {member.filename!r} inflates to {member.file_size:,} bytes, over the "
+                                   f"{MAX_JSON_BYTES:,} a Keras config may take (safe_state.MAX_JSON_BYTES); not "
+                                   "read")
             damaged = archive.testzip()
             config = json.loads(archive.read("config.json")) if "config.json" in names else None
+    except RecursionError:
+        raise ValueError(f"{path} is not a .keras file kformer loads: its config.json is nested too deeply to "
+                         "read.") from None
+    except _Refused as err:
+        raise ValueError(f"{path} is not a .keras file kformer loads: {err}.") from None
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
         raise ValueError(f"{path} is not a whole .keras file: not a readable zip archive ({type(err).__name__}: "
                          f"{err}). It may be truncated or not a Keras model.") from None

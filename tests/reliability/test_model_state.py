@@ -289,6 +289,29 @@ def test_load_names_the_path_of_anything_but_a_whole_keras_file(classifier, tmp_
             models.load(tmp_path / f"{name}.keras")
 
 
+@pytest.mark.once("the archive is checked with zipfile and json before Keras reads it")
+def test_load_refuses_a_config_that_inflates_past_its_limit_or_nests_too_deep(classifier, tmp_path):
+    """A 3 MB member inflating to 3 GB took 5 GB of memory, and a config nested 100,000 deep raised
+    RecursionError: both are refused by name, reading nothing past the zip's directory for the first."""
+    import zipfile
+
+    from kformer.models.safe_state import MAX_JSON_BYTES
+
+    classifier.save(tmp_path / "good.keras")
+    with zipfile.ZipFile(tmp_path / "good.keras") as good:
+        members = {name: good.read(name) for name in good.namelist()}
+    for name, config in (("bomb", b" " * (MAX_JSON_BYTES + 1)), ("deep", b"[" * 100_000 + b"]" * 100_000)):
+        with zipfile.ZipFile(tmp_path / f"{name}.keras", "w", zipfile.ZIP_DEFLATED) as archive:
+            for member, data in members.items():
+                archive.writestr(member, config if member == "config.json" else data)
+    with pytest.raises(ValueError, match=rf"bomb.keras is not a .keras file kformer loads: its member 'config.json' "
+                                         rf"inflates to {MAX_JSON_BYTES + 1:,} bytes, over the {MAX_JSON_BYTES:,}"):
+        models.load(tmp_path / "bomb.keras")
+    with pytest.raises(ValueError, match="deep.keras is not a .keras file kformer loads: its config.json is nested "
+                                         "too deeply"):
+        models.load(tmp_path / "deep.keras")
+
+
 def test_labels_with_the_whole_output_shape_are_dense_targets(tokenizer):
     task = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=16)
     task.compile("sgd", "categorical_crossentropy")

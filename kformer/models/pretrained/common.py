@@ -126,6 +126,8 @@ def read_json(path):
         value = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to read; the checkpoint was not loaded.") from None
     if not isinstance(value, dict):
         raise ValueError(f"{path} must hold a JSON object. Received: {type(value).__name__}")
     return value
