@@ -14,6 +14,7 @@ GPT-2 has no padding token; kformer pads with id 0, which is GPT-2's `"!"`.
 prompt holding id 0, and `detokenize` drops every 0.
 """
 
+import json
 import pathlib
 
 import keras
@@ -27,6 +28,22 @@ from kformer.data.preprocessors import Preprocessor, as_strings
 END_TOKEN = "<|endoftext|>"
 NUL_MESSAGE = ("A text holds a NUL character (\\x00): keras-hub's byte-pair tokenizer drops it and everything "
                "after it. Remove it.")
+
+
+def _check_files(vocabulary, merges):
+    """vocab.json must be a JSON object of token -> int id and merges.txt UTF-8 text; a ValueError naming
+    the file otherwise (keras-hub raised bare JSON and codec errors)."""
+    try:
+        table = json.loads(vocabulary.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise ValueError(f"{vocabulary} is not valid JSON: {err}") from None
+    if not isinstance(table, dict) or not all(isinstance(i, int) and not isinstance(i, bool) for i in table.values()):
+        raise ValueError(f"{vocabulary} must map each token to an int id. Received: a {type(table).__name__}"
+                         f"{'' if not isinstance(table, dict) else ' with values that are not ints'}")
+    try:
+        merges.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{merges} is not UTF-8 text: {err}") from None
 
 
 def gpt2_tokenizer(folder=None, vocabulary=None, merges=None):
@@ -53,10 +70,15 @@ def gpt2_tokenizer(folder=None, vocabulary=None, merges=None):
         for path in (vocabulary, merges):
             if not path.is_file():
                 raise ValueError(f"{folder} holds no {path.name}: a GPT-2 tokenizer needs vocab.json and merges.txt.")
+        _check_files(vocabulary, merges)
         vocabulary, merges = str(vocabulary), str(merges)
     if vocabulary is None or merges is None:
         raise ValueError("Pass `folder`, or both `vocabulary` and `merges`.")
-    tokenizer = keras_hub.tokenizers.GPT2Tokenizer(vocabulary=vocabulary, merges=merges)
+    try:
+        tokenizer = keras_hub.tokenizers.GPT2Tokenizer(vocabulary=vocabulary, merges=merges)
+    except ValueError as err:  # keras-hub names neither file
+        where = f"{vocabulary} and {merges}" if isinstance(vocabulary, str) else "`vocabulary` and `merges`"
+        raise ValueError(f"{where} do not make a GPT-2 tokenizer: {err}") from None
     tokenizer._allow_python_workflow = False  # noqa: SLF001 (the TensorFlow path everywhere)
     return tokenizer
 

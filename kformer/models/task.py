@@ -11,6 +11,8 @@ writes for the task.
 """
 
 import inspect
+import os
+import pathlib
 import warnings
 
 import keras
@@ -126,6 +128,12 @@ class KformerModel(keras.Model):
 
     def save_pretrained(self, folder, overwrite=False):
         """Write the Hugging Face layout that `transformers` opens (`kformer.models.pretrained.save`)."""
+        if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
+            raise ValueError(f"`folder` must be a str or path of the folder to write. Received: folder={folder!r}")
+        blocking = next((p for p in pathlib.Path(folder).absolute().parents if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            raise ValueError(f"`folder`={os.fspath(folder)!r} lies below {str(blocking)!r}, which is a file, not a "
+                             "folder; nothing was written.")
         return PRETRAINED_WRITERS["huggingface"](self, folder, overwrite=overwrite)
 
     def transformer_blocks(self):

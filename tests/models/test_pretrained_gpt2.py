@@ -305,6 +305,54 @@ def test_save_pretrained_through_a_symbolic_link_replaces_its_target(lm, tmp_pat
     assert sorted(p.name for p in target.parent.iterdir()) == ["gpt2"]
 
 
+def _forged_shape(folder):
+    data = (folder / "model.safetensors").read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    header["transformer.ln_f.bias"]["shape"] = [-1]
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (folder / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + data[8 + size:])
+
+
+def _first_merges_only(folder):
+    vocabulary = json.loads((folder / "vocab.json").read_text())
+    (folder / "vocab.json").write_text(json.dumps(dict(list(vocabulary.items())[:100])))
+
+
+@pytest.mark.once(ONCE_FILES)
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: (f / "vocab.json").write_text("{not json"), "vocab.json is not valid JSON: Expecting property name"),
+    (lambda f: (f / "vocab.json").write_text('{"a": "1"}'), "vocab.json must map each token to an int id"),
+    (lambda f: (f / "merges.txt").write_bytes(b"#version: 0.2\n\xff\xfe a\n"), "merges.txt is not UTF-8 text"),
+    (_first_merges_only, "vocab.json and .*merges.txt do not make a GPT-2 tokenizer: Merge rule"),
+    (_forged_shape, "tensor 'transformer.ln_f.bias' has the shape \\[-1\\]; dimensions must be ints >= 0"),
+    (lambda f: (f / "config.json").write_text(json.dumps({**json.loads((f / "config.json").read_text()),
+                                                           "eos_token_id": 10 ** 6})),
+     r"config.json: `eos_token_id`=1000000 is not a token id in \[0, 300\)"),
+], ids=["vocab not JSON", "vocab ids not ints", "merges not UTF-8", "merges outside the vocabulary", "negative shape",
+        "end token outside the vocabulary"])
+def test_every_file_error_names_the_file(checkpoint, tmp_path, edit, message):
+    """Raw JSON, codec, keras-hub and NumPy errors naming no file, and an `eos_token_id` that loaded and
+    made every `generate` fail, are ValueErrors naming the file (and field)."""
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(checkpoint[0], folder)
+    edit(folder)
+    with pytest.raises(ValueError, match=message):
+        from_pretrained(folder)
+
+
+@pytest.mark.once(ONCE_FILES)
+def test_save_pretrained_names_a_folder_it_cannot_write(lm, tmp_path):
+    with pytest.raises(ValueError, match="`folder` must be a str or path of the folder to write. Received: folder=None"):
+        lm.save_pretrained(None)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match=r"lies below '.*a_file', which is a file, not a folder; nothing was written"):
+        lm.save_pretrained(tmp_path / "a_file" / "gpt2")
+
+
 def test_missing_tensor_and_bad_task_are_named(checkpoint, tmp_path):
     folder = _copy(checkpoint[0], tmp_path / "missing", drop="transformer.h.1.mlp.c_fc.bias")
     with pytest.raises(ValueError, match=_escape("model.safetensors has no tensor 'transformer.h.1.mlp.c_fc.bias'")):

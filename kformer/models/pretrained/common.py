@@ -215,6 +215,9 @@ def read_safetensors(path):
             dtype, shape, (start, end) = _DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{path}: tensor {name!r} has an unsupported or malformed entry {info!r}.") from None
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise ValueError(f"{path}: tensor {name!r} has the shape {list(shape)}; dimensions must be ints >= 0 (the "
+                             "file is damaged or forged).")
         count = int(np.prod(shape, dtype=np.int64))
         if not 0 <= start <= end <= len(body) or end - start != count * np.dtype(dtype).itemsize:
             raise ValueError(f"{path}: tensor {name!r} ({info['dtype']} {list(shape)}) needs bytes {start}-{end} "

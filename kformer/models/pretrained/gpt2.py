@@ -166,6 +166,10 @@ def _default_preprocessor(folder, config, sequence_length):
     from kformer.data.bpe import GPT2CausalLMPreprocessor
 
     end = config.get("eos_token_id")
+    vocabulary = config.get("vocab_size")
+    if isinstance(end, int) and not isinstance(end, bool) and not 0 <= end < vocabulary:
+        raise ValueError(f"config.json: `eos_token_id`={end!r} is not a token id in [0, {vocabulary}) (`vocab_size`); "
+                         "the checkpoint was not loaded.")
     return GPT2CausalLMPreprocessor.from_folder(folder, sequence_length=sequence_length,
                                                 end_token_id=end if isinstance(end, int) else None)
 
