@@ -224,21 +224,27 @@ def _predict(parser, args):
                      "it takes model inputs (token ids, fixed-size arrays), not text or image files")
     if kind not in ("image_classification", "speech_recognition"):
         _check_texts(parser, args.inputs)
-    if hasattr(task, "transcribe"):  # a speech recognizer: WAV files in, transcripts out
-        answers = task.transcribe([_existing_file(parser, f, "audio") for f in args.inputs])
-    elif kind == "image_classification":
-        answers = task.predict_labels([_read_image(parser, f) for f in args.inputs])
-    elif kind == "text_classification":
-        answers = task.predict_labels(args.inputs)
-    elif kind == "translation":
-        answers = task.translate(args.inputs, **length)
-    elif kind == "text_generation":
-        answers = task.generate(args.inputs, **length)
-    else:
-        answers = task.fill_mask(args.inputs)
+    try:
+        answers = _answers(parser, task, kind, args.inputs, length)
+    except ValueError as err:  # an input the model refuses (a file that is not WAV, a prompt too long, ...)
+        parser.error(f"inputs: {err}")
     for given, answer in zip(args.inputs, answers):
         print(json.dumps({"input": _shown(given), "output": answer}, ensure_ascii=False))
     return 0
+
+
+def _answers(parser, task, kind, inputs, length):
+    if hasattr(task, "transcribe"):  # a speech recognizer: WAV files in, transcripts out
+        return task.transcribe([_existing_file(parser, f, "audio") for f in inputs])
+    if kind == "image_classification":
+        return task.predict_labels([_read_image(parser, f) for f in inputs])
+    if kind == "text_classification":
+        return task.predict_labels(inputs)
+    if kind == "translation":
+        return task.translate(inputs, **length)
+    if kind == "text_generation":
+        return task.generate(inputs, **length)
+    return task.fill_mask(inputs)
 
 
 def _existing_file(parser, path, kind):
@@ -287,6 +293,8 @@ def _export(parser, args):
         print(export.export_for_serving(task, out, **options))
     except ValueError as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # a folder this process cannot create or write (/proc/x, read-only disks)
+        sys.exit(f"error: --output-dir {args.output_dir!r} cannot be written: {err.strerror or err}")
     return 0
 
 
@@ -305,14 +313,17 @@ def _signature_line(signature, errors):
 def _check_serving(parser, args):
     from kformer.export import preflight
 
+    server = "TF Serving started with --xla_cpu_compilation_enabled=true" if args.xla else \
+        "a stock TF Serving (XLA compilation off)"
     try:
         replies = preflight.check(args.path, xla=args.xla)
     except FileNotFoundError as err:
         parser.error(f"path: {err}")
+    except Exception as err:  # noqa: BLE001 (a damaged SavedModel or warmup file: TF's own error, in one line)
+        print(f"{args.path}: would not load in {server}: {preflight.summary(f'{type(err).__name__}: {err}')}")
+        return 1
     for signature in dict.fromkeys(name for name, _ in replies):  # one line a signature, in record order
         print(_signature_line(signature, [error for name, error in replies if name == signature]))
-    server = "TF Serving started with --xla_cpu_compilation_enabled=true" if args.xla else \
-        "a stock TF Serving (XLA compilation off)"
     failed = sorted({signature for signature, error in replies if error is not None})
     print(f"{args.path}: {f'would not load in {server}: {failed} failed' if failed else f'loads in {server}'}")
     return 1 if failed else 0

@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import sys
+import tempfile
 
 import keras  # recipes/__init__.py has turned TensorFlow's start-up logging down (kformer.runtime.quiet_startup)
 
@@ -227,6 +228,10 @@ def _check_output_dir(parser, output_dir):
         parser.error(f"--output-dir {output_dir!r}: {str(existing)!r} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         parser.error(f"--output-dir {output_dir!r}: {str(existing)!r} is not writable")
+    try:  # root passes os.access everywhere, and /proc or a read-only mount still refuse a folder: try one
+        os.rmdir(tempfile.mkdtemp(prefix=".kformer-probe-", dir=existing))
+    except OSError as err:
+        parser.error(f"--output-dir {output_dir!r}: no folder can be made in {str(existing)!r} ({err.strerror})")
 
 
 def setup(args):

@@ -133,6 +133,9 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     assert (tmp_path / "1" / "saved_model.pb").is_file()
     with pytest.raises(SystemExit, match="`max_image_pixels`"):  # a text classifier takes no image limit
         cli.main(["export", str(path), f"--output-dir={tmp_path}", "--max-image-pixels=100"])
+    if os.path.exists("/proc/self"):  # a folder no one can make there: an OSError traceback before
+        with pytest.raises(SystemExit, match=r"error: --output-dir '/proc/kformer-x' cannot be written: "):
+            cli.main(["export", str(path), "--output-dir=/proc/kformer-x"])
 
 
 @pytest.mark.once("argparse and path checks before any model loads")

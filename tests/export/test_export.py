@@ -337,10 +337,15 @@ def test_only_translate_xla_is_compiled_by_xla(served):
 
 @pytest.mark.once("`kformer check-serving` loads the SavedModel with TensorFlow alone, and the TensorFlow run checks "
                   "the same exports (the classifier and the translator)")
-def test_check_serving_says_whether_a_stock_server_loads_a_version(served):
+def test_check_serving_says_whether_a_stock_server_loads_a_version(served, tmp_path):
+    import shutil
+
     paths = {p for p, _, _ in served[0]}
     imdb = next(p for p in paths if "imdb" in p)
-    runs = [(imdb, [], 0)]
+    damaged = shutil.copytree(imdb, tmp_path / "damaged" / "1")  # a truncated saved_model.pb: a traceback before
+    graph = (damaged / "saved_model.pb").read_bytes()
+    (damaged / "saved_model.pb").write_bytes(graph[:len(graph) // 2])
+    runs = [(imdb, [], 0), (str(damaged), [], 1)]
     translator = next((p for p in paths if "translator" in p), None)
     if translator:  # a stock server fails translate_xla; one with XLA turned on loads it all
         runs += [(translator, [], 1), (translator, ["--xla"], 0)]
@@ -352,7 +357,10 @@ def test_check_serving_says_whether_a_stock_server_loads_a_version(served):
         assert check.returncode == code, (path, flags, out)
         lines = out.splitlines()
         assert len({line.partition(":")[0] for line in lines}) == len(lines), out  # one line a signature
-        if code:  # translate_xla has two warmup requests (1 and 2 texts: two batch buckets)
+        if path == str(damaged):
+            assert lines == [lines[0]] and lines[0].startswith(f"{damaged}: would not load in a stock TF Serving "
+                                                               "(XLA compilation off): "), out
+        elif code:  # translate_xla has two warmup requests (1 and 2 texts: two batch buckets)
             assert "translate_xla: FAILED 2 of 2 warmup requests: InternalError: XLA compilation disabled" in out
             assert "serving_default: ok" in lines and "translate_beam: ok" in lines
             assert out.strip().endswith("would not load in a stock TF Serving (XLA compilation off): "

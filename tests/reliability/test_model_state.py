@@ -312,6 +312,21 @@ def test_load_refuses_a_config_that_inflates_past_its_limit_or_nests_too_deep(cl
         models.load(tmp_path / "deep.keras")
 
 
+@pytest.mark.once("texts are checked in Python before TensorFlow converts them, whatever the backend")
+@pytest.mark.parametrize("x, message", [
+    (np.array(["a fine film", None], dtype=object), r"`x`\[1\] is None; expected a str"),
+    (["a fine film", "bad \ud800 film"], r"`x`\[1\] is not valid Unicode text: surrogates not allowed at "
+                                         r"character 4"),
+    ("\ud800", r"`x`\[0\] is not valid Unicode text"),
+    (np.array(["fine", "\udfff"]), r"`x`\[1\] is not valid Unicode text"),
+], ids=["None in an object array", "lone surrogate", "a str", "a str array"])
+def test_texts_that_tensorflow_cannot_convert_are_named(classifier, x, message):
+    """TensorFlow's conversion errors named neither the argument nor the row (a demo page can send a lone
+    surrogate)."""
+    with pytest.raises(ValueError, match=message):
+        classifier.predict_labels(x)
+
+
 def test_labels_with_the_whole_output_shape_are_dense_targets(tokenizer):
     task = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=16)
     task.compile("sgd", "categorical_crossentropy")

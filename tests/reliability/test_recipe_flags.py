@@ -1,6 +1,8 @@
 """Bad recipe flags, including those that could only fail after training, fail at parse time:
 exit 2, the flag (or path, or the preset to use instead) named. One table for every recipe."""
 
+import os
+
 import keras
 import pytest
 
@@ -74,6 +76,11 @@ def test_an_output_dir_that_is_a_file_fails_before_any_work(tmp_path, capsys):
             train_imdb.parse_args([f"--output-dir={output_dir}"])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and "--output-dir" in err and "is a file, not a directory" in err
+    if os.path.exists("/proc/self"):  # writable by os.access for root, but no folder can be made there: exit 1 before
+        with pytest.raises(SystemExit) as exit_info:
+            train_imdb.parse_args(["--output-dir=/proc/kformer-x"])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "--output-dir '/proc/kformer-x': no folder can be made in '/proc'" in err
 
 
 def test_a_rerun_with_other_training_flags_names_the_flag(tmp_path, capsys):

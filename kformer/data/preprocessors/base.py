@@ -52,11 +52,27 @@ def as_strings(x, name="x"):
     """
     if isinstance(x, str):
         x = [x]
+    if isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.dtype.kind in "OU" and x.ndim == 1):
+        _check_texts(x, name)
     tensor = tf.convert_to_tensor(np.asarray(x, dtype=object) if isinstance(x, (list, tuple)) else x)
     if tensor.dtype != tf.string or tensor.shape.rank != 1:
         raise ValueError(f"`{name}` must be a string or a 1-D batch of strings. Received: "
                          f"dtype={tensor.dtype.name}, shape={tuple(tensor.shape)}")
     return tensor
+
+
+def _check_texts(texts, name):
+    """Each text a str (valid Unicode: no lone surrogate, which has no UTF-8 form) or bytes; a ValueError
+    naming the first that is not (TensorFlow's conversion errors named neither the argument nor the row)."""
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(f"`{name}`[{i}] is not valid Unicode text: {err.reason} at character {err.start} "
+                                 f"({text[max(0, err.start - 10):err.start + 10]!r}); it has no UTF-8 form.") from None
+        elif text is None:
+            raise ValueError(f"`{name}`[{i}] is None; expected a str.")
 
 
 class Preprocessor(keras.layers.Layer):
