@@ -129,7 +129,7 @@ def test_config_round_trip():
 @pytest.mark.parametrize("audio, message", [
     ([np.zeros(100, "int32")], r"`audio\[0\]` must hold float samples in \[-1, 1\] or int16"),
     ([np.zeros(0, "float32")], r"`audio\[0\]` is empty"),
-    ([tone(0.1, 8000), b"RIFF0000WAVEjunk"], r"`audio\[1\]` is not a readable PCM WAV"),
+    ([tone(0.1, 8000), b"RIFF0000WAVEjunk"], r"`audio\[1\]` is not a readable WAV file: no `fmt ` chunk"),
     ([b"not a wav file"], r"`audio\[0\]` is not a WAV file"),
     ([np.full(100, 3.0, "float32")], r"in \[-1, 1\].*peak of 3"),
     ([np.array([0.1, np.nan], "float32")], r"finite samples"),
@@ -141,6 +141,55 @@ def test_config_round_trip():
 def test_bad_audio_gets_a_clear_error(audio, message):
     with pytest.raises(ValueError, match=message):
         AudioPreprocessor().encode(audio)
+
+
+def _wav(tag, bits, data, rate=8000, channels=1, size=None):
+    """A WAV file of `data` (sample bytes) with a `fmt ` chunk saying `tag` (1 PCM, 3 float), `bits` and `rate`."""
+    import struct
+
+    fmt = struct.pack("<HHIIHH", tag, channels, rate, (rate * channels * bits // 8) % 2 ** 32, channels * bits // 8,
+                      bits)
+    size = len(data) if size is None else size
+    return (b"RIFF" + struct.pack("<I", 28 + len(fmt) + len(data)) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt))
+            + fmt + b"data" + struct.pack("<I", size) + data)
+
+
+def test_every_sample_width_a_wav_file_holds_gives_the_16_bit_features():
+    """Issue 75 (10): 8-, 24- and 32-bit PCM and float WAV files failed inside TensorFlow's `decode_wav`
+    (16-bit only) with a graph error. They are decoded; a recording stored in each width (the same samples,
+    shifted: no rounding) gives its 16-bit features, and 8 bits its samples within 8-bit rounding."""
+    from kformer.data.preprocessors.audio import read_wav
+
+    pcm = np.round(spoken_digits.read_wav(RECORDING) * 32768).astype(np.int64)  # the recording's 16-bit samples
+    files = {"PCM 16": _wav(1, 16, pcm.astype("<i2").tobytes()),
+             "PCM 24": _wav(1, 24, b"".join(int(v).to_bytes(3, "little", signed=True) for v in pcm << 8)),
+             "PCM 32": _wav(1, 32, (pcm << 16).astype("<i4").tobytes()),
+             "float 32": _wav(3, 32, (pcm / 32768).astype("<f4").tobytes()),
+             "float 64": _wav(3, 64, (pcm / 32768).astype("<f8").tobytes()),
+             "stereo": _wav(1, 16, np.repeat(pcm, 2).astype("<i2").tobytes(), channels=2)}
+    for name, data in files.items():
+        decoded, rate = read_wav(data)
+        np.testing.assert_array_equal(decoded, pcm / 32768, err_msg=name)
+        assert rate == 8000
+    out = AudioPreprocessor().encode(list(files.values()))
+    for i, name in enumerate(files):  # the 16-bit re-encoding rounds by at most one step
+        np.testing.assert_allclose(out["features"][i], out["features"][0], atol=1e-2, err_msg=name)
+    eight = (np.clip(np.round(pcm / 256), -128, 127) + 128).astype("u1")
+    np.testing.assert_allclose(read_wav(_wav(1, 8, eight.tobytes()))[0], pcm / 32768, atol=1 / 128 + 1e-6)
+
+
+@pytest.mark.parametrize("audio, message", [
+    (_wav(1, 16, bytes(1600), rate=0), r"`audio\[0\]` has a sample rate of 0 Hz in its header"),
+    (_wav(1, 16, bytes(1600), rate=4_000_000_000), r"a sample rate of 4000000000 Hz"),
+    (_wav(1, 16, bytes(1600), size=10 ** 6), r"its data chunk claims 1000000 bytes, but the file holds 1600"),
+    (_wav(6, 8, bytes(100)), r"holds format 6 audio of 8 bits and 1 channels; expected PCM of 8, 16, 24 or 32"),
+    (b"RIFF" + bytes(4) + b"WAVE" + b"junk" * 10, r"is not a readable WAV file: no `fmt ` chunk"),
+    (_wav(1, 16, bytes(2 * 8000 * 61)), r"`audio\[0\]` is 61.0 s long, over this preprocessor's max_seconds=60.0"),
+], ids=["rate 0", "rate 4e9", "data past the end", "A-law", "junk chunks", "too long"])
+def test_damaged_or_unreadable_wav_files_are_named(audio, message):
+    """Each failed inside TensorFlow (`InvalidArgumentError: Graph execution error`, or a bare RuntimeError)."""
+    with pytest.raises(ValueError, match=message):
+        AudioPreprocessor().encode([audio])
 
 
 def test_empty_wav_and_bad_arguments():

@@ -141,7 +141,7 @@ class AudioPreprocessor(Preprocessor):
         return False
 
     def _raw_tensor(self, x):
-        return tf.constant(to_wav_batch(x, self.sample_rate), dtype=tf.string)
+        return tf.constant(to_wav_batch(x, self.sample_rate, self.max_seconds), dtype=tf.string)
 
     def encode(self, x, chunk_size=256):
         """Raw audio (see the class docstring) -> `{"features", "padding_mask"}` as numpy."""
@@ -304,7 +304,7 @@ def resample(waveform, rate, target_rate):
     return tf.cond(tf.equal(rate, target), lambda: tf.identity(waveform), convert)
 
 
-def to_wav_batch(x, sample_rate):
+def to_wav_batch(x, sample_rate, max_seconds=None):
     """Raw audio -> list of WAV bytes (16-bit PCM), checked one by one with errors naming the item.
 
     Args:
@@ -313,6 +313,7 @@ def to_wav_batch(x, sample_rate):
             a list of those, a 2-D array `(batch, samples)` of waveforms, or
             a 1-D string array / tensor of WAV bytes.
         sample_rate: int. The rate of waveforms given without one.
+        max_seconds: float or None. Longer recordings are a ValueError naming them.
 
     Example:
 
@@ -331,10 +332,16 @@ def to_wav_batch(x, sample_rate):
     if not isinstance(x, list) or not x:
         raise ValueError("`audio` must be WAV bytes, a WAV file path, a waveform, a (waveform, sample_rate) "
                          f"pair or a non-empty list of those. Received: {type(x).__name__}")
-    return [_to_wav(item, sample_rate, f"audio[{i}]") for i, item in enumerate(x)]
+    return [_to_wav(item, sample_rate, f"audio[{i}]", max_seconds) for i, item in enumerate(x)]
 
 
-def _to_wav(item, sample_rate, name):
+def _check_seconds(samples, rate, max_seconds, name):
+    if max_seconds is not None and samples / rate > max_seconds:
+        raise ValueError(f"`{name}` is {samples / rate:.1f} s long, over this preprocessor's "
+                         f"max_seconds={max_seconds}")
+
+
+def _to_wav(item, sample_rate, name, max_seconds=None):
     if isinstance(item, np.str_):
         item = str(item)
     if isinstance(item, np.bytes_):
@@ -346,8 +353,11 @@ def _to_wav(item, sample_rate, name):
         with open(item, "rb") as f:
             item = f.read()
     if isinstance(item, bytes):
-        check_wav(item, name)
-        return item
+        waveform, rate, kind = _parse_wav(item, name)  # every header field checked, every width decoded
+        _check_seconds(len(waveform), rate, max_seconds, name)
+        if kind == "PCM16":
+            return item  # what the graph's decode_wav reads, as the served model reads it
+        item = (waveform, rate)  # 8-, 24-, 32-bit or float samples: re-encoded as 16-bit PCM below
     rate = sample_rate
     if isinstance(item, tuple):
         if len(item) != 2 or not isinstance(item[1], (int, np.integer)) or isinstance(item[1], bool) or item[1] < 1:
@@ -377,7 +387,91 @@ def _to_wav(item, sample_rate, name):
     if peak > 1.0 + 1e-6:
         raise ValueError(f"`{name}` must hold float samples in [-1, 1] (or int16 samples). Received: a peak of "
                          f"{peak:.4g}")
+    _check_seconds(len(item), rate, max_seconds, name)
     return tf.audio.encode_wav(np.clip(item, -1.0, 1.0).astype(np.float32)[:, None], rate).numpy()
+
+
+MAX_SAMPLE_RATE = 768_000  # the highest rate audio interfaces record; a header past it is damaged or forged
+_FORMATS = {1: "PCM", 3: "float", 0xFFFE: "extensible"}
+
+
+def read_wav(data, name="wav_bytes"):
+    """WAV bytes -> (mono float32 waveform in [-1, 1], sample rate), for every sample width a WAV file holds.
+
+    PCM of 8 (unsigned), 16, 24 or 32 bits, 32- or 64-bit float, and WAVE_FORMAT_EXTENSIBLE
+    holding either; channels are averaged. Anything else, a sample rate of 0 or past
+    `MAX_SAMPLE_RATE`, a data chunk that claims more bytes than the file holds, or no samples,
+    is a ValueError naming `name` (TensorFlow's `decode_wav` reads 16-bit PCM only and answered
+    the rest with graph errors).
+
+    Example:
+
+    >>> import wave, io
+    >>> buffer = io.BytesIO()
+    >>> with wave.open(buffer, "wb") as f:
+    ...     f.setnchannels(1); f.setsampwidth(1); f.setframerate(8000); f.writeframes(bytes([0, 128, 255]))
+    >>> waveform, rate = read_wav(buffer.getvalue())
+    >>> waveform.round(3).tolist(), rate
+    ([-1.0, 0.0, 0.992], 8000)
+    """
+    return _parse_wav(data, name)[:2]
+
+
+def _parse_wav(data, name):
+    """`read_wav`, plus the sample format: (waveform, rate, "PCM16" or another name)."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError(f"`{name}` is not a WAV file (expected RIFF/WAVE bytes). Received: {len(data)} bytes "
+                         f"starting {data[:12]!r}")
+    fmt, samples, position = None, None, 12
+    while position + 8 <= len(data) and samples is None:
+        chunk, size = data[position:position + 4], int.from_bytes(data[position + 4:position + 8], "little")
+        body = position + 8
+        if chunk == b"fmt ":
+            if size < 16 or body + size > len(data):
+                raise ValueError(f"`{name}` has a damaged `fmt ` chunk ({size} bytes). Received: {len(data)} bytes")
+            fmt = data[body:body + size]
+        elif chunk == b"data":
+            if size == 0xFFFFFFFF:  # a streaming writer's placeholder: the samples run to the end of the file
+                size = len(data) - body
+            if body + size > len(data):
+                raise ValueError(f"`{name}`: its data chunk claims {size} bytes, but the file holds "
+                                 f"{len(data) - body} after its header (a cut-off or damaged file)")
+            samples = data[body:body + size]
+        position = body + size + (size % 2)  # chunks are padded to an even length
+    if fmt is None or samples is None:
+        raise ValueError(f"`{name}` is not a readable WAV file: no {'`fmt `' if fmt is None else '`data`'} chunk. "
+                         f"Received: {len(data)} bytes")
+    tag, channels, rate = (int.from_bytes(fmt[i:j], "little") for i, j in ((0, 2), (2, 4), (4, 8)))
+    bits = int.from_bytes(fmt[14:16], "little")
+    if tag == 0xFFFE and len(fmt) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the sub-format's first two bytes are the tag
+        tag = int.from_bytes(fmt[24:26], "little")
+    dtypes = {(1, 8): "u1", (1, 16): "<i2", (1, 24): "i3", (1, 32): "<i4", (3, 32): "<f4", (3, 64): "<f8"}
+    if (tag, bits) not in dtypes or channels < 1:
+        raise ValueError(f"`{name}` holds {_FORMATS.get(tag, f'format {tag}')} audio of {bits} bits and {channels} "
+                         "channels; expected PCM of 8, 16, 24 or 32 bits or 32/64-bit float, 1 or more channels")
+    if not 1 <= rate <= MAX_SAMPLE_RATE:
+        raise ValueError(f"`{name}` has a sample rate of {rate} Hz in its header; expected 1 to {MAX_SAMPLE_RATE} "
+                         "(a damaged or forged file)")
+    width = bits // 8 * channels
+    frames = len(samples) // width
+    if frames == 0:
+        raise ValueError(f"`{name}` holds no audio: expected at least one sample. Received: 0 samples")
+    raw = np.frombuffer(samples[:frames * width], np.uint8)
+    kind = dtypes[(tag, bits)]
+    if kind == "i3":  # 24-bit little-endian: sign-extend each 3-byte sample into an int32
+        triples = raw.reshape(-1, 3).astype(np.int32)
+        values = (triples[:, 0] | triples[:, 1] << 8 | triples[:, 2] << 16) << 8 >> 8
+        audio = values.astype(np.float32) / 2 ** 23
+    elif kind == "u1":
+        audio = (raw.astype(np.float32) - 128.0) / 128.0
+    elif kind.startswith("<i"):
+        audio = np.frombuffer(raw, kind).astype(np.float32) / 2 ** (bits - 1)
+    else:
+        audio = np.frombuffer(raw, kind).astype(np.float32)
+        if not np.all(np.isfinite(audio)):
+            raise ValueError(f"`{name}` holds NaN or infinite float samples")
+        audio = np.clip(audio, -1.0, 1.0)
+    return audio.reshape(frames, channels).mean(axis=1), rate, f"{_FORMATS[tag]}{bits}"
 
 
 def check_wav(data, name="wav_bytes"):
