@@ -297,10 +297,15 @@ def speech_to_text(task, preprocessor, options):
     """
     table = tf.constant([""] + list(task.vocabulary))
 
-    def transcribe(wav_bytes):
+    def answer(wav_bytes):
         inputs = preprocessor.inputs(wav_bytes)
-        ids = task.decode_ids(task(inputs, training=False), inputs["padding_mask"])
-        return {"transcript": tf.strings.reduce_join(tf.gather(table, ids), axis=1), "token_ids": ids}
+        ids = tf.cast(task.decode_ids(task(inputs, training=False), inputs["padding_mask"]), tf.int32)
+        return tf.strings.reduce_join(tf.gather(table, ids), axis=1), ids
+
+    def transcribe(wav_bytes):  # an empty batch answers an empty batch, as the text and image signatures do
+        transcript, ids = tf.cond(tf.size(wav_bytes) > 0, lambda: answer(wav_bytes),
+                                  lambda: (tf.zeros([0], tf.string), tf.zeros([0, 0], tf.int32)))
+        return {"transcript": transcript, "token_ids": ids}
     return transcribe
 
 

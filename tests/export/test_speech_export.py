@@ -45,7 +45,9 @@ def test_served_transcripts_equal_transcribe(recognizer, tmp_path):
                 (str(path), "serving_default", {"wav_bytes": batch[:1]}, False),
                 (str(path), "speech_to_text", {"wav_bytes": np.array([b"not a wav"], dtype=object)}, False),
                 (str(path), "speech_to_text", {"wav_bytes": np.array(
-                    [tf.audio.encode_wav(np.zeros((0, 1), "float32"), 8000).numpy()], dtype=object)}, False)]
+                    [tf.audio.encode_wav(np.zeros((0, 1), "float32"), 8000).numpy()], dtype=object)}, False),
+                (str(path), "speech_to_text", {"wav_bytes": np.array([], dtype=object)}, False),
+                (str(path), "speech_to_text", {"wav_bytes": np.array([b""], dtype=object)}, False)]
     with open(tmp_path / "requests.pkl", "wb") as f:
         pickle.dump(requests, f)
     client = pathlib.Path(__file__).with_name("serving_client.py")
@@ -56,7 +58,10 @@ def test_served_transcripts_equal_transcribe(recognizer, tmp_path):
         answer = pickle.load(f)
     assert not answer["kformer_imported"]
     assert [error for _, error in answer["warmup"][str(path)]] == [None, None]
-    served, first, junk, empty = answer["results"]
+    served, first, junk, empty, no_rows, no_bytes = answer["results"]
+    # an empty batch answers an empty batch (a ragged-tensor rank error before); b"" says it is not a WAV file
+    assert no_rows["transcript"].shape == (0,) and no_rows["token_ids"].shape == (0, 0), no_rows
+    assert "InvalidArgument" in no_bytes["error"] and "not a WAV file (expected RIFF/WAVE bytes)" in no_bytes["error"]
     want = recognizer.transcribe(wavs)
     assert [t.decode() for t in served["transcript"]] == want
     assert any(want) and len(set(want)) > 1  # a real comparison: digits emitted, and not the same everywhere

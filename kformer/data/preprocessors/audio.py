@@ -88,7 +88,13 @@ class AudioPreprocessor(Preprocessor):
         Graph errors (INVALID_ARGUMENT) for bytes that are not a WAV file,
         for empty audio and for audio over `max_seconds`.
         """
-        audio, rate = tf.audio.decode_wav(wav_bytes)  # (samples, channels) floats in [-1, 1]
+        head = wav_bytes + b"\0" * 12  # b"" said only "Data too short"; substr needs 12 bytes to look at
+        riff = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 4), "RIFF"),
+                              tf.equal(tf.strings.substr(head, 8, 4), "WAVE"))
+        with tf.control_dependencies([tf.debugging.Assert(riff, [
+                "`wav_bytes` holds an item that is not a WAV file (expected RIFF/WAVE bytes); its length in bytes:",
+                tf.strings.length(wav_bytes)])]):
+            audio, rate = tf.audio.decode_wav(tf.identity(wav_bytes))  # (samples, channels) floats in [-1, 1]
         waveform = tf.reduce_mean(audio, axis=1)
         samples = tf.shape(waveform)[0]
         checks = [
