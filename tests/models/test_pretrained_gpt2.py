@@ -353,6 +353,79 @@ def test_save_pretrained_names_a_folder_it_cannot_write(lm, tmp_path):
         lm.save_pretrained(tmp_path / "a_file" / "gpt2")
 
 
+def _hostile_strategies():
+    from hypothesis import strategies as st
+
+    sizes = st.one_of(st.sampled_from([0, -1, 1, 2, 3, 16, 32, 300, 10 ** 5, 2 ** 20, 2 ** 40]), st.none(),
+                      st.text(max_size=3), st.booleans(), st.floats(allow_nan=True))
+    config = st.dictionaries(st.sampled_from(["n_layer", "n_embd", "n_head", "n_positions", "vocab_size", "n_inner",
+                                              "eos_token_id"]), sizes, max_size=3)
+    shard = st.one_of(st.sampled_from(["part-1.safetensors", "../outside.safetensors", "/etc/hostname", "", ".",
+                                       "link.safetensors", "missing.safetensors"]), st.integers(), st.none())
+    header = st.fixed_dictionaries({}, optional={
+        "dtype": st.sampled_from(["F32", "I32", "BOOL", "F16", "X9", 5]),
+        "shape": st.lists(st.integers(-2, 2 ** 33), max_size=3),
+        "data_offsets": st.lists(st.integers(-8, 2 ** 40), min_size=0, max_size=3)})
+    return config, shard, header
+
+
+CONFIG_CHANGES, SHARDS, HEADER_CHANGES = _hostile_strategies()
+
+
+@pytest.mark.once(ONCE_FILES)
+def test_a_hostile_checkpoint_loads_or_is_refused_naming_its_file_quickly_and_in_bounded_memory(checkpoint, tmp_path):
+    """Issue 75: a checkpoint folder whose config, shard index and safetensors header are drawn from strategies
+    gives a working model or a ValueError naming the file, within seconds and without growing this process by
+    gigabytes (a config asking for 100,000 layers built for minutes, an index led outside the folder)."""
+    import resource
+    import shutil
+    import time
+
+    from hypothesis import given, settings
+    from safetensors.numpy import load_file
+
+    weights = load_file(checkpoint[0] / "model.safetensors")
+    target = "transformer.ln_f.bias"
+    counter = iter(range(10 ** 6))
+
+    @settings(max_examples=30)
+    @given(config=CONFIG_CHANGES, shard=SHARDS, header=HEADER_CHANGES)
+    def check(config, shard, header):
+        folder = tmp_path / f"case-{next(counter)}"
+        shutil.copytree(checkpoint[0], folder)
+        (folder / "config.json").write_text(json.dumps({**json.loads((folder / "config.json").read_text()),
+                                                        **config}))
+        data = (folder / "model.safetensors").read_bytes()
+        size = int.from_bytes(data[:8], "little")
+        entries = json.loads(data[8:8 + size])
+        entries[target] = {**entries[target], **header}
+        text = json.dumps(entries).encode()
+        text += b" " * (-len(text) % 8)
+        (folder / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + data[8 + size:])
+        if shard != "part-1.safetensors":  # sharded: the index names `shard` for one tensor
+            (folder / "model.safetensors").rename(folder / "part-1.safetensors")
+            weight_map = {name: "part-1.safetensors" for name in weights}
+            weight_map[target] = shard
+            (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+            (folder / "link.safetensors").symlink_to(checkpoint[0] / "model.safetensors")
+        peak, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
+        try:
+            model = from_pretrained(folder, preprocessor=False)
+        except ValueError as error:
+            assert any(name in str(error) for name in ("config.json", "model.safetensors", "part-1.safetensors",
+                                                       "index.json")), error
+        else:
+            ids = np.arange(1, 9, dtype="int32")[None]
+            assert np.isfinite(keras.ops.convert_to_numpy(model(ids))).all() or not np.isfinite(
+                load_file(folder / ("model.safetensors" if (folder / "model.safetensors").exists() else
+                                    "part-1.safetensors"))[target]).all()
+        assert time.monotonic() - start < 30, (config, shard, header)
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 2 * 2 ** 20, (config, shard, header)  # KiB
+        shutil.rmtree(folder)
+
+    check()
+
+
 def test_missing_tensor_and_bad_task_are_named(checkpoint, tmp_path):
     folder = _copy(checkpoint[0], tmp_path / "missing", drop="transformer.h.1.mlp.c_fc.bias")
     with pytest.raises(ValueError, match=_escape("model.safetensors has no tensor 'transformer.h.1.mlp.c_fc.bias'")):

@@ -113,6 +113,43 @@ def test_classifier_fit_and_evaluate_train_or_name_the_argument(classifier, x, y
         unchanged(classifier, before)
 
 
+weights = st.one_of(st.none(), st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=3,
+                                         max_size=5), st.lists(st.floats(0, 4), min_size=4, max_size=4), junk)
+class_weights = st.one_of(st.none(), st.dictionaries(st.one_of(st.integers(-1, 3), st.text(max_size=2)),
+                                                    st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                                                              st.integers(-2, 2), st.text(max_size=2)), max_size=3),
+                          junk)
+
+
+def valid_weights(sample_weight, class_weight):
+    numbers = (int, float)
+    good_sample = sample_weight is None or (isinstance(sample_weight, list) and len(sample_weight) == 4 and all(
+        isinstance(w, numbers) and not isinstance(w, bool) and np.isfinite(w) and w >= 0 for w in sample_weight))
+    good_class = class_weight is None or (isinstance(class_weight, dict) and all(
+        isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2 and isinstance(v, numbers)
+        and not isinstance(v, bool) and np.isfinite(v) and v >= 0 for k, v in class_weight.items()))
+    return good_sample and good_class
+
+
+@pytest.mark.once("the weights are checked with NumPy before Keras's loop, whatever the backend")
+@settings(max_examples=20)
+@given(sample_weight=weights, class_weight=class_weights)
+def test_fit_with_sample_and_class_weights_trains_finitely_or_names_them(classifier, sample_weight, class_weight):
+    """Issue 75 (6): a NaN weight trained every backend's model into predicting NaN from then on."""
+    x, y = ["a fine film", "bad", "good film", "the movie was bad"], [1, 0, 1, 0]
+    before = classifier.predict(PROBE, verbose=0)
+    try:
+        history = classifier.fit(x, y, sample_weight=sample_weight, class_weight=class_weight, verbose=0)
+    except (ValueError, TypeError) as error:
+        event("refused")
+        assert not valid_weights(sample_weight, class_weight), f"valid weights refused: {error}"
+        assert_names_one_of(error, ["sample_weight", "class_weight"])
+        unchanged(classifier, before)
+        return
+    assert valid_weights(sample_weight, class_weight), f"accepted {sample_weight!r}, {class_weight!r}"
+    assert np.isfinite(history.history["loss"][0]) and np.isfinite(classifier.predict(PROBE, verbose=0)).all()
+
+
 @pytest.fixture(scope="module")
 def translator(tokenizer):
     return models.translator(preset="transformer_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=8,

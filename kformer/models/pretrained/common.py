@@ -187,6 +187,9 @@ def _shard_path(folder, index, shard):
     if not path.resolve().is_relative_to(inside):
         raise ValueError(f"{index}: `weight_map` names the shard {shard!r}, which leads to {path.resolve()}, outside "
                          f"the checkpoint folder {inside} (a symbolic link?). No weights were read.")
+    if not path.is_file():
+        raise ValueError(f"{index}: `weight_map` names the shard {shard!r}, which is not a file in {folder}. No "
+                         "weights were read.")
     return path
 
 
