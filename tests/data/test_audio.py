@@ -202,3 +202,36 @@ def test_empty_wav_and_bad_arguments():
         AudioPreprocessor(frame_length_ms=10, frame_step_ms=20)
     with pytest.raises(tf.errors.InvalidArgumentError, match="empty"):  # the served graph refuses it too
         AudioPreprocessor().inputs(tf.constant([empty]))
+
+
+def test_drawn_wav_headers_give_features_or_a_named_error():
+    """Issue 75 (10): WAV files whose format, width, channels, rate and data size are drawn from strategies
+    give finite features or a ValueError naming `audio[0]`, never an error from inside TensorFlow."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    preprocessor = AudioPreprocessor()
+
+    @settings(max_examples=40)
+    @given(tag=st.sampled_from([1, 3, 6, 0xFFFE, 0]), bits=st.sampled_from([0, 8, 12, 16, 24, 32, 64]),
+           channels=st.integers(0, 3), rate=st.sampled_from([0, 1, 4000, 8000, 44100, 10 ** 6, 2 ** 32 - 1]),
+           samples=st.integers(0, 3000), size=st.one_of(st.none(), st.integers(0, 2 ** 32 - 1)))
+    def check(tag, bits, channels, rate, samples, size):
+        data = np.random.default_rng(samples).integers(0, 256, samples * max(1, bits // 8) * max(1, channels),
+                                                       dtype=np.uint8).tobytes()
+        if tag == 3 and bits in (32, 64):  # float samples in [-1, 1]
+            data = np.random.default_rng(samples).uniform(-1, 1, len(data) // (bits // 8)).astype(
+                f"<f{bits // 8}").tobytes()
+        wav = _wav(tag, bits, data, rate=rate, channels=channels, size=size)
+        try:
+            out = preprocessor.encode([wav])
+        except ValueError as error:
+            outcomes.append("refused")
+            assert "`audio[0]`" in str(error), error
+            return
+        outcomes.append("encoded")
+        assert np.isfinite(out["features"]).all() and out["padding_mask"].any()
+
+    outcomes = []
+    check()
+    assert {"refused", "encoded"} <= set(outcomes), sorted(set(outcomes))  # both kinds were drawn
