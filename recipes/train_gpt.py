@@ -50,6 +50,15 @@ OOD = {"ood_tatoeba_english_perplexity":
        "vocabulary learned on IMDB splits its unseen words into more pieces"}
 
 
+def continuations(model, length, **options):
+    """PROMPTS continued to `length` tokens, prompt included: a prompt longer than `length - 1` tokens keeps
+    its first ones, for room to generate (`generate` of strings refuses such a prompt; these are fixed)."""
+    preprocessor = model.preprocessor
+    ids = preprocessor.prompt_ids(PROMPTS, max_tokens=max(1, length - 1))
+    return preprocessor.detokenize(model.generate(ids, max_length=length, end_token_id=preprocessor.end_token_id,
+                                                  **options))
+
+
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="causal_lm", preset="gpt_tiny", epochs=3,
                            batch_size=32, learning_rate=1e-3)
@@ -163,8 +172,8 @@ def main(argv=None):
     val_loss, val_accuracy = model.evaluate(val_ds, verbose=0)
     ood_windows = lm.packed_windows(preprocessor, tatoeba_english())  # as the validation windows, not cached
     ood_loss, _ = model.evaluate(lm.windows_dataset(ood_windows, args.batch_size), verbose=0)
-    greedy = model.generate(PROMPTS, max_length=args.sample_length)  # one batch: one compiled loop
-    sampled = model.generate(PROMPTS, max_length=args.sample_length, strategy="top_p", p=0.9, seed=args.seed)
+    greedy = continuations(model, args.sample_length)  # one batch: one compiled loop
+    sampled = continuations(model, args.sample_length, strategy="top_p", p=0.9, seed=args.seed)
     samples = [{"prompt": p, "greedy": g, "top_p": s} for p, g, s in zip(PROMPTS, greedy, sampled)]
     metrics = {
         "validation_perplexity": round(math.exp(val_loss), 2), "validation_loss": float(val_loss),

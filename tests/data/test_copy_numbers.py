@@ -87,7 +87,7 @@ def test_bad_copy_numbers_arguments_are_named(tokenizer):
     assert MASK in BERT_SPECIAL_TOKENS  # a published BERT vocabulary has the slot too
 
 
-@pytest.mark.only_backend("tensorflow")  # with its export, served in-process; the slots are checked on all three above
+@pytest.mark.only_backend("torch")  # with its export (the TensorFlow worker), served in-process; the slots are checked on all three above
 def test_a_trained_translator_copies_numbers_it_never_saw_and_so_does_its_export(tmp_path):
     """Thirty numbers in training; ten others at test time come back digit for digit, in Python and served."""
     rng = np.random.default_rng(0)

@@ -87,7 +87,7 @@ def test_imdb_fine_tunes_bert_and_serves_its_vocabulary(bert_checkpoint, tmp_pat
     assert check.returncode == 0 and "serving_default: ok" in check.stdout, check.stdout + check.stderr[-2000:]
 
 
-@pytest.mark.only_backend("jax")  # the recipe code is the backend's; export is tested above and in tests/export
+@pytest.mark.only_backend("torch")  # the recipe code is the backend's; export is tested above and in tests/export
 def test_vit_fine_tunes_on_mnist_with_a_new_head(vit_checkpoint, tmp_path):
     run_dir = train_vit.main(RUN + [f"--from-pretrained={vit_checkpoint}", "--no-export",
                                     f"--output-dir={tmp_path}"])

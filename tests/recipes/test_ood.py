@@ -149,7 +149,7 @@ def test_vit_recipe_reports_top1_under_each_shift(tmp_path, capsys):
     assert "shifted test images, top-1: translate " in capsys.readouterr().out
 
 
-@pytest.mark.only_backend("tensorflow")  # test_recipes.py trains it on JAX
+@pytest.mark.only_backend("torch")  # eager: the cheapest tiny GPT run
 def test_gpt_recipe_reports_perplexity_on_tatoeba_english(tmp_path, capsys):
     run_dir = train_gpt.main(_tiny(tmp_path) + ["--max-examples=4", "--batch-size=32", "--vocabulary-size=300",
                                                 "--sequence-length=32", "--sample-length=4"])

@@ -1,9 +1,11 @@
 """Every recipe end to end on a tiny slice of the bundled real data: train, evaluate, save, export.
 
-Each recipe runs end to end on one backend (`only_backend`), spread over the
-three so that every CI run trains a recipe on each; the models, `fit`,
-save/load and export they use are tested on all three elsewhere, and the
-IMDB recipe (the main job) runs on all three in test_train_imdb.py.
+Each recipe runs end to end on one backend (`only_backend`), torch: a tiny
+recipe runs eagerly there and costs least, and its export goes through the
+TensorFlow worker process as on JAX. The models, `fit`, save/load and export
+they use are tested on all three elsewhere; the IMDB recipe (the main job)
+trains and exports on TensorFlow in test_train_imdb.py and is killed and
+rerun on JAX in tests/reliability/test_recipe_faults.py.
 """
 
 import json
@@ -18,7 +20,7 @@ from tests.helpers import assert_figures
 COMMON = ["--epochs=1", "--max-examples=64", "--verbose=2"]
 
 
-@pytest.mark.only_backend("tensorflow")  # with its beam-search export
+@pytest.mark.only_backend("torch")  # with its beam-search export (through the TensorFlow worker)
 def test_translator_recipe(tmp_path):
     import tensorflow as tf
 
@@ -51,7 +53,7 @@ def test_translator_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("dataset, preset", [
-    pytest.param("mnist", "vit_tiny", marks=pytest.mark.only_backend("tensorflow")),  # with its export
+    pytest.param("mnist", "vit_tiny", marks=pytest.mark.only_backend("torch")),  # with its export
     pytest.param("cifar10", None, marks=pytest.mark.only_backend("torch")),  # vit_hybrid_cifar
 ])
 def test_vit_recipe(tmp_path, dataset, preset):
@@ -118,7 +120,7 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
 # Bad flags: one table for every recipe in tests/reliability/test_recipe_flags.py.
 
 
-@pytest.mark.only_backend("jax")  # exports through the TensorFlow worker process
+@pytest.mark.only_backend("torch")  # exports through the TensorFlow worker process
 def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     run_dir = train_gpt.main(COMMON + [
         "--vocabulary-size=300", "--sequence-length=32", "--sample-length=12", "--batch-size=16",

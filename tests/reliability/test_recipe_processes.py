@@ -48,7 +48,7 @@ def output_of(process, log):
     return log.read()
 
 
-@pytest.mark.only_backend("jax")  # the lock is the operating system's: the same on every backend
+@pytest.mark.only_backend("torch")  # the lock is the operating system's: the same on every backend
 def test_a_second_run_into_the_same_output_exits_2_while_the_first_one_trains(tmp_path, capsys):
     flags = FLAGS + ["--epochs=1", f"--output-dir={tmp_path / 'out'}"]
     first, gate, log = paused_run(tmp_path, flags)
