@@ -125,6 +125,22 @@ def test_predict_prints_one_json_answer_per_input(classifier_path, capsys):
     assert answers == [{"input": "A fine film.", "output": labels[0]}, {"input": "Dull.", "output": labels[1]}]
 
 
+@pytest.mark.once("the audio is read and checked in NumPy before the model runs")
+def test_predict_names_an_audio_file_a_speech_model_cannot_read(tmp_path, capsys):
+    """Issue 75 (12): `predict speech.keras /etc/hostname` (or an A-law WAV) ended in a TensorFlow traceback."""
+    from kformer.data.preprocessors import AudioPreprocessor
+
+    model = models.speech_recognizer(preset="conformer_speech_tiny", num_features=16, num_layers=1, hidden_dim=16,
+                                     num_heads=2, kernel_size=3, intermediate_dim=32,
+                                     preprocessor=AudioPreprocessor(num_mel_bins=16))
+    model.save(tmp_path / "speech.keras")
+    (tmp_path / "notes.txt").write_text("not audio")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["predict", str(tmp_path / "speech.keras"), str(tmp_path / "notes.txt")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "inputs: `audio[0] (" in err and "is not a WAV file" in err, err
+
+
 @pytest.mark.tf_only
 def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     path, _ = classifier_path

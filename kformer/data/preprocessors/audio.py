@@ -410,6 +410,13 @@ def read_wav(data, name="wav_bytes"):
     is a ValueError naming `name` (TensorFlow's `decode_wav` reads 16-bit PCM only and answered
     the rest with graph errors).
 
+    Args:
+        data: bytes. The whole WAV file.
+        name: str. The argument's name, for the message. Defaults to `"wav_bytes"`.
+
+    Returns:
+        (float32 array `(samples,)`, int sample rate).
+
     Example:
 
     >>> import wave, io
@@ -417,7 +424,7 @@ def read_wav(data, name="wav_bytes"):
     >>> with wave.open(buffer, "wb") as f:
     ...     f.setnchannels(1); f.setsampwidth(1); f.setframerate(8000); f.writeframes(bytes([0, 128, 255]))
     >>> waveform, rate = read_wav(buffer.getvalue())
-    >>> waveform.round(3).tolist(), rate
+    >>> [round(float(v), 3) for v in waveform], rate
     ([-1.0, 0.0, 0.992], 8000)
     """
     return _parse_wav(data, name)[:2]
