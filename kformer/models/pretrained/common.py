@@ -8,6 +8,7 @@ file, the field and the value, before any weight is assigned.
 import json
 import os
 import pathlib
+import re
 import warnings
 
 import numpy as np
@@ -266,8 +267,6 @@ def check_sizes(weights, sizes, file="model.safetensors"):
             among the tensor names (layer indices).
         file: the weights file named in errors.
     """
-    import re
-
     for name, (value, *where) in sizes.items():
         if len(where) == 1:
             pattern = re.compile(where[0])
