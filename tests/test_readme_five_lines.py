@@ -32,8 +32,8 @@ def test_the_five_lines_are_five_lines_that_train_and_translate():
     assert "epochs=3" in code and "translator.translate(" in code
 
 
-# The user's default backend: one epoch over 20,000 pairs runs as a compiled graph (eager torch took 2.3x as
-# long); the layers it uses are tested on all three.
+# The user's default backend, where one epoch over 20,000 pairs runs as a compiled graph (faster than eager
+# torch); the layers it uses are tested on all three.
 @pytest.mark.only_backend("tensorflow")
 def test_the_five_lines_run_and_translate_without_loops():
     from kformer.data import translation
