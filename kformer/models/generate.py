@@ -349,6 +349,9 @@ class _Generator(keras.Model):
         self.task = task
         self.config = config
         self.word_kinds = word_kinds
+        # It owns no weights. Built, it is not run eagerly once before compiling (Keras's JAX
+        # `predict_on_batch` builds unbuilt models that way: a second, uncompiled run of the whole loop).
+        self.built = all(layer.built for layer in task._flatten_layers())
 
     def call(self, inputs):
         return _run(self.task, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile,
