@@ -20,7 +20,7 @@ FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
          "--vocabulary-size=300", "--verbose=2"]
 
 
-@pytest.mark.only_backend("tensorflow")  # the main job's backend; on JAX the killed-run tests run this recipe
+@pytest.mark.only_backend("tensorflow")  # the main job's backend; the killed-run tests run this recipe on torch
 # through its export (tests/reliability/test_recipe_faults.py), and fit, save, load and the export's TensorFlow
 # worker are checked on every backend in tests/models/test_tasks.py and tests/export/test_export.py
 def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch, capsys):
@@ -87,7 +87,7 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch,
     assert second_model.ngram_buckets == 64 and second_model.mask_padding is False
 
 
-@pytest.mark.only_backend("jax")  # the backup mechanics run on all three in tests/reliability
+@pytest.mark.only_backend("torch")  # the backup mechanics run on all three in tests/reliability; a tiny recipe costs least on torch (measured alone: 38 s on JAX, 24 s on torch)
 def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
     flags = FLAGS + ["--epochs=3", "--no-export", f"--output-dir={tmp_path}"]
     killed = subprocess.run(

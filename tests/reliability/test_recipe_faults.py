@@ -6,11 +6,14 @@ the middle of a backup write, when the poll catches one), then while it writes
 its version folder (the SavedModel export and the rest, in `.tmp-*`). The
 third run must finish with exit 0, and the output must hold whole versions
 only: no partial version, no temporary folder, no `_training` left. Each
-recipe runs on one backend, spread over the three (the mechanisms are tested
-on every backend in test_versions_and_backups.py). Every recipe reaches them
-through the same `recipes.common` code (its backup callback, `write_version`
-and the run lock), so three recipes, one a backend, check it: the ViT and GPT
-recipes, once killed here too, run end to end in tests/recipes/test_recipes.py.
+recipe runs on torch, where a tiny recipe process costs least (no graph to
+trace or compile again in each of its three runs; measured one by one: the
+translator 72 s on TensorFlow, 60 s on torch; IMDB 84 s on JAX, 62 s on
+torch); the mechanisms are tested on every backend in
+test_versions_and_backups.py. Every recipe reaches them through the same
+`recipes.common` code (its backup callback, `write_version` and the run lock),
+so three recipes check it: the ViT and GPT recipes, once killed here too, run
+end to end in tests/recipes/test_recipes.py.
 """
 
 import os
@@ -81,11 +84,8 @@ def assert_whole_versions_only(output, bases):
             assert not missing, f"partial version {version}: no {missing}"
 
 
-@pytest.mark.parametrize("recipe", [
-    pytest.param("imdb", marks=pytest.mark.only_backend("jax")),
-    pytest.param("translator", marks=pytest.mark.only_backend("tensorflow")),
-    pytest.param("bert", marks=pytest.mark.only_backend("torch")),
-])
+@pytest.mark.only_backend("torch")
+@pytest.mark.parametrize("recipe", ["imdb", "translator", "bert"])
 def test_recipe_killed_twice_then_rerun_finishes_with_whole_versions(tmp_path, recipe):
     module, flags, bases = RECIPES[recipe]
     output = tmp_path / "out"
