@@ -12,6 +12,7 @@ The loop is an `ops.while_loop` inside a Keras model's predict step:
 XLA-compiled on TensorFlow and JAX, eager on torch, once per setting.
 """
 
+import collections
 import contextlib
 import threading
 import weakref
@@ -370,7 +371,11 @@ def _run(task, token_ids, noise, c, xla, word_kinds=None):
         return _decode_loop(task, token_ids, noise, c)
 
 
-_COMPILED = {}
+# The compiled loops of the last few (model, decoding settings), most recent last: a model that alternates
+# settings, or models that take turns (a translator and a language model in one service), reuse their
+# loops. Each entry holds its model, so the few kept bound the memory they keep alive.
+_COMPILED = collections.OrderedDict()
+_MAX_COMPILED = 4
 _COMPILED_GUARD = threading.Lock()
 
 
@@ -477,8 +482,10 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         if key not in _COMPILED:
             generator = _Generator(model, config, kinds)
             generator.compile(jit_compile=xla)
-            _COMPILED.clear()  # one compiled loop at a time keeps memory bounded
             _COMPILED[key] = (model, generator)
+            while len(_COMPILED) > _MAX_COMPILED:
+                _COMPILED.popitem(last=False)
+        _COMPILED.move_to_end(key)
         generator = _COMPILED[key][1]
     width = config["max_length"] + translator
     rows = len(ids)

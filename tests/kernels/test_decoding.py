@@ -1,5 +1,6 @@
 """`kernels.decoding.PlainDecoder` computes what the task's readable `call_with_cache` computes."""
 
+import collections
 import sys
 
 import keras
@@ -70,7 +71,7 @@ def test_generate_gives_the_same_tokens_with_and_without_the_plain_step(case, st
     generate = sys.modules["kformer.models.generate"]
     plain = models.generate(task, inputs, **kwargs)
     monkeypatch.setattr(decoding, "BACKENDS", ())
-    monkeypatch.setattr(generate, "_COMPILED", {})
+    monkeypatch.setattr(generate, "_COMPILED", collections.OrderedDict())
     np.testing.assert_array_equal(models.generate(task, inputs, **kwargs), plain)
 
 
