@@ -51,7 +51,9 @@ def test_preset_forward_save_reload_and_fit(name, tmp_path):
     assert np.isfinite(history.history["loss"][0])
 
 
-@pytest.mark.tf_only  # a parameter count does not depend on the backend; building these is slow
+# A parameter count does not depend on the backend. Building the six paper-size models is slow everywhere, least on
+# torch (measured alone, all six: TensorFlow 17.7 s, JAX 19.7 s, torch 9.1 s).
+@pytest.mark.only_backend("torch")
 @pytest.mark.parametrize("name", sorted(PAPER_PARAMS))
 def test_paper_presets_have_the_published_size(name):
     # Built in a stateless scope, each weight has its shape but is never drawn (up to 300M numbers
