@@ -43,9 +43,8 @@ def test_preset_forward_save_reload_and_fit(name, tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-5)
     if keras.backend.backend() != "torch" or models.get_preset(name)["builder"] == "conformer_encoder":
         # each model family's fit runs on every backend in test_tasks.py / test_conformer.py; each preset's
-        # here runs on torch, where one step of a new model compiles nothing (measured alone, the 13 presets:
-        # 61 s with TensorFlow fitting them, 24 s without); the conformer has one small model here, the one
-        # test_conformer.py trains and reloads
+        # here runs on torch, where one step of a new model compiles nothing; the conformer has one small
+        # model here, the one test_conformer.py trains and reloads
         return
     model.compile(keras.optimizers.Adam(1e-3), loss="mse")
     targets = keras.tree.map_structure(np.zeros_like, outputs)
@@ -54,7 +53,7 @@ def test_preset_forward_save_reload_and_fit(name, tmp_path):
 
 
 # A parameter count does not depend on the backend. Building the six paper-size models is slow everywhere, least on
-# torch (measured alone, all six: TensorFlow 17.7 s, JAX 19.7 s, torch 9.1 s).
+# torch.
 @pytest.mark.only_backend("torch")
 @pytest.mark.parametrize("name", sorted(PAPER_PARAMS))
 def test_paper_presets_have_the_published_size(name):

@@ -87,7 +87,8 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch,
     assert second_model.ngram_buckets == 64 and second_model.mask_padding is False
 
 
-@pytest.mark.only_backend("torch")  # the backup mechanics run on all three in tests/reliability; a tiny recipe costs least on torch (measured alone: 38 s on JAX, 24 s on torch)
+@pytest.mark.only_backend("torch")  # the backup mechanics run on all three in tests/reliability; a tiny recipe
+# process costs least on torch (no graph to trace or compile)
 def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
     flags = FLAGS + ["--epochs=3", "--no-export", f"--output-dir={tmp_path}"]
     killed = subprocess.run(

@@ -7,9 +7,8 @@ its version folder (the SavedModel export and the rest, in `.tmp-*`). The
 third run must finish with exit 0, and the output must hold whole versions
 only: no partial version, no temporary folder, no `_training` left. Each
 recipe runs on torch, where a tiny recipe process costs least (no graph to
-trace or compile again in each of its three runs; measured one by one: the
-translator 72 s on TensorFlow, 60 s on torch; IMDB 84 s on JAX, 62 s on
-torch); the mechanisms are tested on every backend in
+trace or compile again in each of its three runs); the mechanisms are tested
+on every backend in
 test_versions_and_backups.py. Every recipe reaches them through the same
 `recipes.common` code (its backup callback, `write_version` and the run lock),
 so three recipes check it: the ViT and GPT recipes, once killed here too, run
