@@ -5,7 +5,8 @@ recipe runs eagerly there and costs least, and its export goes through the
 TensorFlow worker process as on JAX. The models, `fit`, save/load and export
 they use are tested on all three elsewhere; the IMDB recipe (the main job)
 trains and exports on TensorFlow in test_train_imdb.py and is killed and
-rerun on JAX in tests/reliability/test_recipe_faults.py.
+resumed on torch there; the translator and mini-BERT recipes are killed and
+rerun in tests/reliability/test_recipe_faults.py.
 """
 
 import json

@@ -20,9 +20,9 @@ FLAGS = ["--max-examples=96", "--sequence-length=32", "--preset=imdb_tiny",
          "--vocabulary-size=300", "--verbose=2"]
 
 
-@pytest.mark.only_backend("tensorflow")  # the main job's backend; the killed-run tests run this recipe on torch
-# through its export (tests/reliability/test_recipe_faults.py), and fit, save, load and the export's TensorFlow
-# worker are checked on every backend in tests/models/test_tasks.py and tests/export/test_export.py
+@pytest.mark.only_backend("tensorflow")  # the main job's backend; the killed-run test below runs this recipe on
+# torch, and fit, save, load and the export's TensorFlow worker are checked on every backend in
+# tests/models/test_tasks.py and tests/export/test_export.py
 def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch, capsys):
     learned = []
     learn = WordPieceTokenizer.learn.__func__
