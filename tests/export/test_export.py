@@ -302,8 +302,8 @@ for folder in sys.argv[1:]:
     sys.argv = ["saved_model_cli", "show", "--dir", folder, "--all"]
     try:
         main()
-    except SystemExit as exit:
-        if exit.code not in (0, None):
+    except SystemExit as ended:  # the script's `sys.exit(main())`: absl's app.run exits
+        if ended.code not in (0, None):
             raise
     sys.stdout.flush()
 """

@@ -42,9 +42,9 @@ def test_preset_forward_save_reload_and_fit(name, tmp_path):
     for a, b in zip(keras.tree.flatten(reloaded.predict(data, verbose=0)), keras.tree.flatten(outputs)):
         np.testing.assert_allclose(a, b, atol=1e-5)
     if keras.backend.backend() != "torch" or models.get_preset(name)["builder"] == "conformer_encoder":
-        # each model family's fit runs on every backend in test_tasks.py / test_conformer.py; each preset's
-        # here runs on torch, where one step of a new model compiles nothing; the conformer has one small
-        # model here, the one test_conformer.py trains and reloads
+        # each model family's fit runs on every backend in test_tasks.py / test_conformer.py; here each
+        # preset's one-step fit runs on torch, where a new model compiles nothing; the conformer has one
+        # small model here, the one test_conformer.py trains and reloads
         return
     model.compile(keras.optimizers.Adam(1e-3), loss="mse")
     targets = keras.tree.map_structure(np.zeros_like, outputs)

@@ -12,10 +12,9 @@ on every backend in
 test_versions_and_backups.py. Every recipe reaches them through the same
 `recipes.common` code (its backup callback, `write_version` and the run lock),
 so two recipes check it: one that trains once and exports (the translator) and
-one that trains twice and writes two versions (mini-BERT). The IMDB recipe,
-once killed here too, has its kill-and-resume run in
-tests/recipes/test_train_imdb.py; the ViT and GPT recipes, once killed here
-too, run end to end in tests/recipes/test_recipes.py.
+one that trains twice and writes two versions (mini-BERT). The IMDB recipe's
+kill and resume is tests/recipes/test_train_imdb.py's; the ViT and GPT
+recipes run end to end in tests/recipes/test_recipes.py.
 """
 
 import os
