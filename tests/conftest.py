@@ -11,13 +11,16 @@ import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Compile time is most of the JAX suite (and of TensorFlow's XLA decoding loops), so the tests
-# (1) let XLA skip its LLVM optimizations (the same computation up to float rounding, slower code;
-# a caller's XLA_FLAGS are kept) and (2) share one JAX compilation cache per test run between
-# the xdist workers and the recipe subprocesses (they inherit the environment), so a
-# computation compiled by one test is loaded, not recompiled, by the next. Both are set
-# before JAX or TensorFlow is imported. Benchmarks and recipes run with XLA's defaults.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# (1) let XLA skip its LLVM optimizations and (2) emit its fused CPU kernels with its older LLVM IR
+# emitters, not the MLIR fusion emitters, which compile slower (both: the same computation up to
+# float rounding, slower code; a flag the caller's XLA_FLAGS set is kept), and (3) share one JAX
+# compilation cache per test run between the xdist workers and the recipe subprocesses (they
+# inherit the environment), so a computation compiled by one test is loaded, not recompiled, by
+# the next. All are set before JAX or TensorFlow is imported. Benchmarks and recipes run with
+# XLA's defaults.
+for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 # Benchmark scripts the tests run write their rows here, not to benchmarks/results/ (the measured history).
 _RESULTS_DIR = None
 if "KFORMER_RESULTS_DIR" not in os.environ:
