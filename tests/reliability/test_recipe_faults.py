@@ -12,11 +12,14 @@ on every backend in
 test_versions_and_backups.py. Every recipe reaches them through the same
 `recipes.common` code (its backup callback, `write_version` and the run lock),
 so two recipes check it: one that trains once and exports (the translator) and
-one that trains twice and writes two versions (mini-BERT). The IMDB recipe's
+one that trains twice and writes two versions (mini-BERT). The translator's
+third run is also its recipe's end-to-end test (`assert_translator_version`:
+metrics, model card, reload, and its beam-search and XLA exports). The IMDB recipe's
 kill and resume is tests/recipes/test_train_imdb.py's; the ViT and GPT
 recipes run end to end in tests/recipes/test_recipes.py.
 """
 
+import json
 import os
 import pathlib
 import random
@@ -27,13 +30,18 @@ import time
 
 import pytest
 
+from kformer import models
+from tests.helpers import assert_figures
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--epochs=3", "--verbose=2"]
 EXAMPLES = "--max-examples=64"
 WORDS = "--vocabulary-size=300"
 RECIPES = {  # name: (module, flags, version folders it writes)
+    # its last run is also the translator recipe's end-to-end check (`assert_translator_version`)
     "translator": ("train_translator", [EXAMPLES, WORDS, "--preset=transformer_tiny", "--sequence-length=16",
-                                        "--batch-size=16", "--max-ood-examples=8"], ["transformer_tiny_spa-eng"]),
+                                        "--batch-size=16", "--max-ood-examples=8", "--no-repeat-ngram-size=3",
+                                        "--serving-xla"], ["transformer_tiny_spa-eng"]),
     # two version folders, killed in the first; the export's kill is checked on the translator
     "bert": ("pretrain_mini_bert", [EXAMPLES, WORDS, "--sequence-length=32", "--batch-size=16",
                                     "--finetune-epochs=1", "--no-export"], ["bert_tiny_mlm", "bert_tiny_imdb"]),
@@ -69,6 +77,33 @@ def after_first_backup(output, seed):
             seen.append(time.monotonic())
         return bool(seen) and time.monotonic() - seen[0] >= delay
     return kill_when
+
+
+def assert_translator_version(run_dir):
+    """The translator recipe's version, end to end: metrics, model card, reload, and its three exports."""
+    import tensorflow as tf
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 <= metrics["test_bleu"] <= 100.0 and 0.0 <= metrics["test_chrf"] <= 100.0
+    assert metrics["test_unseen_sources"] == 64  # none of the 64 test sentences is among the 64 trained on
+    assert 0.0 <= metrics["test_bleu_unseen_sources"] <= 100.0 and metrics["no_repeat_ngram_size"] == 3
+    assert metrics["test_examples"] == 64 and len(metrics["samples"]) == 8
+    assert (metrics["max_length_ratio"], metrics["max_length_offset"]) == (1.5, 10)  # the default limit
+    card = (run_dir / "README.md").read_text()
+    data, scores = card.split("## Data")[1].split("## Metrics")
+    scores, decoding = scores.split("## Training and decoding")  # decoding settings, not scores
+    assert "| max_length_ratio | 1.5 |" in decoding and "| num_beams | 4 |" in decoding
+    assert "| test_unseen_sources | 64 |" in data and "| test_bleu_unseen_sources |" in scores
+    assert {"source", "reference", "translation"} <= set(metrics["samples"][0])
+    model = models.load(run_dir)
+    assert model.encoder_embedding.vocabulary_size == model.preprocessor.source_tokenizer.vocabulary_size
+    assert isinstance(model.translate("How are you?", max_length=4), str)
+    served = tf.saved_model.load(str(run_dir)).signatures
+    assert set(served) == {"serving_default", "translate_beam", "translate_xla"}
+    text = tf.constant(["How are you?"])
+    assert served["translate_xla"](text=text)["translation"].numpy().tolist() == \
+        served["serving_default"](text=text)["translation"].numpy().tolist()
+    assert_figures(run_dir, min_pixels=(100, 300))  # cross-attention of a short translation: wide, low
 
 
 def in_version_write(output):
@@ -108,3 +143,5 @@ def test_recipe_killed_twice_then_rerun_finishes_with_whole_versions(tmp_path, r
         assert sorted(p.name for p in (output / base).iterdir() if p.name != "_prepared") == ["1"], \
             os.listdir(output / base)
     assert not list(output.rglob("_training")) and not list(output.rglob(".tmp-*"))  # the rerun removed them
+    if recipe == "translator":
+        assert_translator_version(output / bases[0] / "1")
