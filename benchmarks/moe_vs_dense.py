@@ -9,7 +9,7 @@ unlabeled reviews (`--data-dir`, default the full 50k set in
 /work/shared/data when present, else the bundled sample; the first
 `--max-examples` reviews, a seeded 5 % held out, a WordPiece vocabulary
 learned on the rest), with the same AdamW, batch and sequence length, for
-`--budget` seconds of training each. The two models take turns of
+`--budget` seconds of training each (or `--max-steps` steps, if sooner). The two models take turns of
 `--chunk` steps, so a busy shared machine slows both alike; the first step of
 each (compilation) is not counted. The default 20,000 reviews hold more
 windows than a 300-second budget trains on, so neither model sees a window
@@ -68,6 +68,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=150.0, help="training seconds per model (after compiling)")
     p.add_argument("--chunk", type=int, default=10, help="steps per turn before the other model trains")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="also stop each model at this many training steps (the first included), if sooner")
     p.add_argument("--max-examples", type=int, default=20000, help="reviews read (then 5 %% held out)")
     p.add_argument("--data-dir", default=str(FULL_DATA) if (FULL_DATA / "imdb" / "unsup.jsonl.gz").is_file()
                    else None)
@@ -85,8 +87,8 @@ def parse_args(argv=None):
     p.add_argument("--no-write", action="store_true", help="print the rows, do not append them to the CSV")
     p.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("budget", "chunk", "max_examples", "batch_size", "steps", "eval_every"):
-        if getattr(args, name) <= 0:
+    for name in ("budget", "chunk", "max_examples", "batch_size", "steps", "eval_every", "max_steps"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     return args
 
@@ -177,13 +179,16 @@ def compare(args):
         run["model"].train_on_batch(*batch(0))
         run["compile_s"], run["steps"] = time.time() - start, 1
         run["model"].evaluate(val[:args.batch_size, :-1], val[:args.batch_size, 1:], verbose=0)  # compiles
-    while any(run["seconds"] < args.budget for run in runs.values()):
+    def training(run):
+        return run["seconds"] < args.budget and (args.max_steps is None or run["steps"] < args.max_steps)
+
+    while any(training(run) for run in runs.values()):
         for name, run in runs.items():
-            if run["seconds"] >= args.budget:
+            if not training(run):
                 continue
             run["model"].reset_metrics()
             start, cpu = time.time(), time.process_time()  # CPU: what this process got of a shared machine
-            for _ in range(args.chunk):
+            for _ in range(args.chunk if args.max_steps is None else min(args.chunk, args.max_steps - run["steps"])):
                 logs = run["model"].train_on_batch(*batch(run["steps"]), return_dict=True)
                 run["steps"] += 1
             float(logs["loss"])  # the step has finished (asynchronous dispatch)

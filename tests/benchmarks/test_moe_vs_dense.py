@@ -30,16 +30,17 @@ def test_equal_steps_summary_takes_the_last_step_both_were_scored_at():
 
 
 @pytest.mark.slow
-# Eager torch costs least here: plain train_on_batch and evaluate (the layers are tested on every backend); a
-# 2-second budget gives eager steps room for several scored points.
+# Eager torch costs least here: plain train_on_batch and evaluate (the layers are tested on every backend).
+# `--max-steps` ends it, not the wall budget: three scored points however busy the machine (a 2-second budget
+# once left room for one turn only).
 @pytest.mark.only_backend("torch")
 def test_short_run_writes_rows_curve_and_figure(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(moe_vs_dense, "FULL_DATA", tmp_path / "absent")  # the bundled reviews, as in CI
     monkeypatch.setenv("KFORMER_RESULTS_DIR", str(tmp_path))
     figure = tmp_path / "curves.png"
-    moe_vs_dense.main(["--budget", "2", "--chunk", "2", "--eval-every", "2", "--max-examples", "120",
-                       "--vocabulary-size", "500", "--sequence-length", "32", "--batch-size", "4",
-                       "--max-validation-windows", "8", "--figure", str(figure)])
+    moe_vs_dense.main(["--budget", "600", "--max-steps", "7", "--chunk", "2", "--eval-every", "2",
+                       "--max-examples", "120", "--vocabulary-size", "500", "--sequence-length", "32",
+                       "--batch-size", "4", "--max-validation-windows", "8", "--figure", str(figure)])
     out = capsys.readouterr().out
     assert "bundled" in out and "passes over the" in out and "the last both were scored at" in out
     with (tmp_path / "moe_vs_dense.csv").open(newline="") as f:
@@ -55,5 +56,6 @@ def test_short_run_writes_rows_curve_and_figure(tmp_path, monkeypatch, capsys):
         points = [r for r in curve if r["model"] == name]
         steps = [int(p["train_steps"]) for p in points]
         assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == int(rows[name]["train_steps"])
+        assert steps == [3, 5, 7]  # the compiling step, then turns of 2 steps, each scored, up to --max-steps
         assert points[-1]["validation_perplexity"] == rows[name]["validation_perplexity"]
     assert figure.stat().st_size > 10_000 and figure.read_bytes()[:4] == b"\x89PNG"
