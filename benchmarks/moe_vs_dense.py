@@ -9,10 +9,11 @@ unlabeled reviews (`--data-dir`, default the full 50k set in
 /work/shared/data when present, else the bundled sample; the first
 `--max-examples` reviews, a seeded 5 % held out, a WordPiece vocabulary
 learned on the rest), with the same AdamW, batch and sequence length, for
-`--budget` seconds of training each (or `--max-steps` steps, if sooner). The two models take turns of
-`--chunk` steps, so a busy shared machine slows both alike; the first step of
-each (compilation) is not counted. The default 20,000 reviews hold more
-windows than a 300-second budget trains on, so neither model sees a window
+`--budget` seconds of training each (or `--max-steps` steps, if sooner). The
+two models take turns of `--chunk` steps, so a busy shared machine slows both
+alike; the first step of each (compilation) is not counted. The default
+20,000 reviews hold more windows than a 300-second budget trains on, so
+neither model sees a window
 twice (the run prints how many passes it made). Every `--eval-every` steps
 both are scored on the held-out windows (outside the budget): the curve goes
 to benchmarks/results/moe_vs_dense_curve.csv and, with `--figure`, to a plot
@@ -179,8 +180,10 @@ def compare(args):
         run["model"].train_on_batch(*batch(0))
         run["compile_s"], run["steps"] = time.time() - start, 1
         run["model"].evaluate(val[:args.batch_size, :-1], val[:args.batch_size, 1:], verbose=0)  # compiles
+    max_steps = args.max_steps or math.inf
+
     def training(run):
-        return run["seconds"] < args.budget and (args.max_steps is None or run["steps"] < args.max_steps)
+        return run["seconds"] < args.budget and run["steps"] < max_steps
 
     while any(training(run) for run in runs.values()):
         for name, run in runs.items():
@@ -188,7 +191,7 @@ def compare(args):
                 continue
             run["model"].reset_metrics()
             start, cpu = time.time(), time.process_time()  # CPU: what this process got of a shared machine
-            for _ in range(args.chunk if args.max_steps is None else min(args.chunk, args.max_steps - run["steps"])):
+            for _ in range(min(args.chunk, max_steps - run["steps"])):
                 logs = run["model"].train_on_batch(*batch(run["steps"]), return_dict=True)
                 run["steps"] += 1
             float(logs["loss"])  # the step has finished (asynchronous dispatch)
