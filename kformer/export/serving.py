@@ -152,6 +152,10 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
                          f"({', '.join(sorted(SIGNATURES))}). Received: {type(task).__name__}")
     preprocessor = default_preprocessor(task)
     task.validate_preprocessor(preprocessor)
+    if task_type == "translation" and not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
+        raise ValueError(f"This translator's {type(preprocessor).__name__} tokenizes in Python (SentencePiece), "
+                         "which a SavedModel cannot hold, and kformer has no token-id serving signatures for "
+                         "translators yet: it cannot be exported for TF Serving. No version was written.")
     options = {"model_name": model_name or task.name}
     if task_type in ("text_classification", "image_classification"):
         names = class_names if class_names is not None else task.class_names

@@ -58,6 +58,7 @@ class PlainDecoder:
     def __init__(self, task, context, length):
         self.embedding, self.blocks, self.norm, projection = task.decoder_parts()
         self.vocabulary_size = self.embedding.vocabulary_size
+        self.padding_id = task.padding_id
         self.weights = [_block_weights(block) for block in self.blocks]
         self.cross = context.get("cross_attention_cache")
         self.cross_mask = _source_mask(context.get("source_mask"))
@@ -67,7 +68,9 @@ class PlainDecoder:
         self.positions = self.embedding.position_table(length if limit is None else _smaller(length, limit))
         if projection is None:  # tied: the token table transposed once, laid out afresh (contiguous in torch)
             table = ops.transpose(ops.cast(self.embedding.token_embedding.embeddings, self.embedding.compute_dtype))
-            self.output = (ops.reshape(ops.reshape(table, (-1,)), ops.shape(table)), None)
+            bias = self.embedding.logits_bias
+            self.output = (ops.reshape(ops.reshape(table, (-1,)), ops.shape(table)),
+                           None if bias is None else ops.convert_to_tensor(bias))
         else:
             self.output = (ops.convert_to_tensor(projection.kernel),
                            None if projection.bias is None else ops.convert_to_tensor(projection.bias))
@@ -98,7 +101,7 @@ class PlainDecoder:
         if self.norm is not None:
             x = self.norm.call(x)
         logits = ops.cast(linear(x[:, 0], *self.output), "float32")
-        return ops.where(ops.arange(self.vocabulary_size) == 0, -1e9, logits), tuple(updated)
+        return ops.where(ops.arange(self.vocabulary_size) == self.padding_id, -1e9, logits), tuple(updated)
 
     def _block(self, block, weights, x, cache, index, cross_cache):
         """`TransformerDecoderBlock.call` for one cached token: `(x, cache)`."""

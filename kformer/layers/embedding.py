@@ -7,7 +7,7 @@ from keras import ops
 
 from kformer.layers.checks import check_ids, check_positive_ints, known_index
 from kformer.layers.linear import over_rows
-from kformer.layers.position import PositionEmbedding, SinusoidalPositionEncoding
+from kformer.layers.position import LAYOUTS, PositionEmbedding, SinusoidalPositionEncoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
 
@@ -30,6 +30,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_by_sqrt_dim: bool. Multiply token embeddings by
             `sqrt(hidden_dim)` (paper, 3.4). Defaults to `False`.
         max_wavelength: int. For sinusoidal positions. Defaults to `10000`.
+        sinusoid_layout: `"interleaved"` (the paper) or `"halves"` (sines,
+            then cosines: Marian checkpoints). Defaults to `"interleaved"`.
+        output_bias: bool. `reverse=True` adds a learned bias per vocabulary
+            entry to the logits (Marian's `final_logits_bias`). Defaults to `False`.
         embeddings_initializer: Initializer for the token table. Defaults to
             `"uniform"`, as `keras.layers.Embedding`.
         **kwargs: Passed to `keras.layers.Layer`.
@@ -66,6 +70,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         scale_by_sqrt_dim=False,
         max_wavelength=10000,
         embeddings_initializer="uniform",
+        sinusoid_layout="interleaved",
+        output_bias=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -81,6 +87,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.mask_zero = mask_zero
         self.scale_by_sqrt_dim = scale_by_sqrt_dim
         self.max_wavelength = max_wavelength
+        if sinusoid_layout not in LAYOUTS:
+            raise ValueError(f"`sinusoid_layout` must be one of {LAYOUTS}. Received: sinusoid_layout={sinusoid_layout!r}")
+        if not isinstance(output_bias, bool):
+            raise ValueError(f"`output_bias` must be True or False. Received: output_bias={output_bias!r}")
+        self.sinusoid_layout = sinusoid_layout
+        self.output_bias = output_bias
+        self.logits_bias = None  # built with `output_bias`
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,
@@ -98,13 +111,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             self.position_embedding = None
         else:
             self.position_embedding = SinusoidalPositionEncoding(
-                max_wavelength, dtype=self.dtype_policy, name="position_embedding"
+                max_wavelength, layout=sinusoid_layout, dtype=self.dtype_policy, name="position_embedding"
             )
 
     def build(self, inputs_shape):
         self.token_embedding.build(inputs_shape)
         if self.position_embedding is not None:
             self.position_embedding.build(tuple(inputs_shape) + (self.hidden_dim,))
+        self.logits_bias = self.add_weight(shape=(self.vocabulary_size,), initializer="zeros",
+                                           name="logits_bias") if self.output_bias else None
         self.built = True
 
     def call(self, inputs, start_index=0, reverse=False, positions=None):
@@ -115,7 +130,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                     f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
             table = ops.transpose(ops.cast(self._token_table(), self.compute_dtype))  # (hidden_dim, vocab)
-            return over_rows(lambda rows: ops.matmul(rows, table), inputs)  # (batch, seq, vocab)
+            logits = over_rows(lambda rows: ops.matmul(rows, table), inputs)  # (batch, seq, vocab)
+            if self.logits_bias is not None:
+                logits = logits + ops.cast(self.logits_bias, logits.dtype)
+            return logits
         if len(inputs.shape) != 2:
             raise ValueError(
                 f"`inputs` must be int token ids (batch, seq). Received: inputs.shape={tuple(inputs.shape)}"
@@ -174,6 +192,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             "scale_by_sqrt_dim": self.scale_by_sqrt_dim,
             "max_wavelength": self.max_wavelength,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            "sinusoid_layout": self.sinusoid_layout,
+            "output_bias": self.output_bias,
         }
 
 

@@ -14,17 +14,30 @@ def _positions(inputs, start_index, seq_axis=1):
     return ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
 
 
-def sinusoid(positions, dim, max_wavelength=10000):
+LAYOUTS = ("interleaved", "halves")
+
+
+def sinusoid(positions, dim, max_wavelength=10000, layout="interleaved"):
     """Paper section 3.5 for float positions `(seq,)` -> `(seq, dim)`.
 
     PE(pos, 2i) = sin(pos / max_wavelength^(2i / dim)),
     PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / dim)).
+
+    `layout="halves"` puts the same sines in the first `ceil(dim / 2)` features and the cosines
+    after them (Marian's and fairseq-style checkpoints): feature `i` of the first half is
+    `sin(pos / max_wavelength^(2i / dim))`, of the second half the matching cosine.
     """
     feature = np.arange(dim)
     two_i = (feature - feature % 2).astype("float32")  # 2i for both 2i and 2i+1
+    if layout == "halves":
+        sines = (dim + 1) // 2
+        two_i = np.concatenate([two_i[0::2], two_i[1::2]])  # the same frequencies, sines first
+        is_sine = feature < sines
+    else:
+        is_sine = feature % 2 == 0
     inverse_timescale = np.power(np.float32(max_wavelength), -two_i / np.float32(dim))  # float32, as in ops
     angles = ops.expand_dims(positions, 1) * inverse_timescale[None, :]
-    return ops.where(feature % 2 == 0, ops.sin(angles), ops.cos(angles))
+    return ops.where(is_sine, ops.sin(angles), ops.cos(angles))
 
 
 @keras.saving.register_keras_serializable(package="kformer")
@@ -36,6 +49,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Args:
         max_wavelength: int. The base of the geometric progression of
             wavelengths (10000 in the paper). Defaults to `10000`.
+        layout: `"interleaved"` (the paper: sin, cos, sin, cos, ...) or
+            `"halves"` (all sines, then all cosines: Marian checkpoints).
+            Defaults to `"interleaved"`.
         **kwargs: Passed to `keras.layers.Layer`.
 
     Call arguments:
@@ -54,13 +70,16 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     [0.841, 0.54, 0.01, 1.0]
     """
 
-    def __init__(self, max_wavelength=10000, **kwargs):
+    def __init__(self, max_wavelength=10000, layout="interleaved", **kwargs):
         super().__init__(**kwargs)
         if max_wavelength <= 0:
             raise ValueError(
                 f"`max_wavelength` must be positive. Received: max_wavelength={max_wavelength}"
             )
+        if layout not in LAYOUTS:
+            raise ValueError(f"`layout` must be one of {LAYOUTS}. Received: layout={layout!r}")
         self.max_wavelength = max_wavelength
+        self.layout = layout
         self.supports_masking = True
 
     def call(self, inputs, start_index=0):
@@ -69,14 +88,14 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
                 f"`inputs` must be (batch, seq, dim). Received: inputs.shape={tuple(inputs.shape)}"
             )
         known_index("start_index", start_index)
-        encoding = sinusoid(_positions(inputs, start_index), inputs.shape[-1], self.max_wavelength)
+        encoding = sinusoid(_positions(inputs, start_index), inputs.shape[-1], self.max_wavelength, self.layout)
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), ops.shape(inputs))
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "max_wavelength": self.max_wavelength}
+        return {**super().get_config(), "max_wavelength": self.max_wavelength, "layout": self.layout}
 
 
 @keras.saving.register_keras_serializable(package="kformer")

@@ -64,17 +64,18 @@ def repeat_last_row(array, rows):
     return ops.take(array, index, axis=0)
 
 
-def used_width(ids):
+def used_width(ids, padding_id=0):
     """Columns up to the last one holding a token (at least 1): an int32 scalar.
 
     A batch of short sources, padded to the preprocessor's `sequence_length`,
     then encodes and cross-attends only as wide as it needs.
 
     Args:
-        ids: int `(batch, width)`, 0 = padding.
+        ids: int `(batch, width)`.
+        padding_id: int. The id that pads `ids`. Defaults to `0`.
 
     Returns:
-        int32 scalar tensor in `[1, width]` (1 when `width` is 0 or every id is 0).
+        int32 scalar tensor in `[1, width]` (1 when `width` is 0 or every id is padding).
 
     Example:
 
@@ -82,19 +83,21 @@ def used_width(ids):
     >>> int(used_width(np.array([[5, 0, 0, 0], [6, 7, 0, 0]]))), int(used_width(np.zeros((2, 3), "int32")))
     (2, 1)
     """
-    used = ops.any(ops.not_equal(ids, 0), axis=0)  # (width,)
+    used = ops.any(ops.not_equal(ids, padding_id), axis=0)  # (width,)
     positions = ops.arange(1, ops.shape(ids)[1] + 1, dtype="int32")
     return ops.maximum(ops.max(ops.concatenate([ops.where(used, positions, 0), ops.zeros((1,), "int32")])), 1)
 
 
-def pad_width(ids, limit=None, multiple=WIDTH_MULTIPLE):
-    """Right-pad columns with 0 up to a multiple of `multiple` (at most `limit`): fewer shapes, fewer compiles.
+def pad_width(ids, limit=None, multiple=WIDTH_MULTIPLE, padding_id=0):
+    """Right-pad columns with `padding_id` up to a multiple of `multiple` (at most `limit`): fewer shapes, fewer
+    compiles.
 
     Args:
         ids: int `(batch, width)`.
         limit: int or None. The widest result (a wider `ids` is kept as it is).
             Defaults to `None` (no limit).
         multiple: int. Defaults to `16`.
+        padding_id: int. Defaults to `0`.
 
     Returns:
         Tensor `(batch, max(width, min(padded, limit)))`, `padded` the next multiple.
@@ -111,14 +114,15 @@ def pad_width(ids, limit=None, multiple=WIDTH_MULTIPLE):
     if limit is not None:
         target = ops.minimum(target, limit)
     extra = ops.maximum(target - width, 0)
-    return ops.concatenate([ids, ops.zeros((ops.shape(ids)[0], extra), ids.dtype)], axis=1)
+    return ops.concatenate([ids, ops.full((ops.shape(ids)[0], extra), padding_id, ids.dtype)], axis=1)
 
 
-def trim_width(ids):
+def trim_width(ids, padding_id=0):
     """`ids[:, :used_width(ids)]`: the all-padding columns on the right dropped (one column kept at least).
 
     Args:
-        ids: int `(batch, width)`, 0 = padding.
+        ids: int `(batch, width)`.
+        padding_id: int. The id that pads `ids`. Defaults to `0`.
 
     Returns:
         Tensor `(batch, used_width(ids))`.
@@ -131,7 +135,7 @@ def trim_width(ids):
     [[5, 0], [6, 7]]
     """
     ids = ops.convert_to_tensor(ids)
-    return ops.slice(ids, [0, 0], [ops.shape(ids)[0], used_width(ids)])
+    return ops.slice(ids, [0, 0], [ops.shape(ids)[0], used_width(ids, padding_id)])
 
 
 def strip_prompt(tokens, prompt_ids):

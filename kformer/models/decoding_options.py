@@ -40,7 +40,7 @@ def is_int(value):
 
 
 def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabulary_size=None,
-                           position_limit=None, max_length, start_token_id=None, end_token_id=None,
+                           position_limit=None, padding_id=0, max_length, start_token_id=None, end_token_id=None,
                            strategy="greedy", num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0,
                            seed=None, use_cache=True, no_repeat_ngram_size=0, max_length_ratio=None,
                            max_length_offset=10, max_word_pieces=None, slot_token_id=None):
@@ -56,6 +56,10 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
             (`token_ids` lie below it). Defaults to `vocabulary_size`.
         position_limit: int or None. The longest `max_length` the model's
             learned positions allow (`None`: `MAX_LENGTH_CAP`).
+        padding_id: int. The model's padding id (never generated, so never the
+            `end_token_id`). Defaults to `0`, which also cannot start a
+            translation (the decoder masks it); a checkpoint's other padding
+            id may (Marian starts its decoder from it).
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, seed, use_cache,
             no_repeat_ngram_size, max_length_ratio, max_length_offset,
@@ -128,8 +132,12 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
         if key == "start_token_id" and not translator:
             raise ValueError("`start_token_id` is for translators; a CausalLM continues its prompt "
                              f"(put any start token in the prompt). Received: start_token_id={c[key]!r}")
-        if not is_int(c[key]) or not 0 < c[key] < vocabulary_size:
-            raise ValueError(f"`{key}` must be an int in [1, {vocabulary_size}). Received: {key}={c[key]!r}")
+        low = 1 if padding_id == 0 else 0
+        if not is_int(c[key]) or not low <= c[key] < vocabulary_size:
+            raise ValueError(f"`{key}` must be an int in [{low}, {vocabulary_size}). Received: {key}={c[key]!r}")
+        if key == "end_token_id" and c[key] == padding_id:
+            raise ValueError(f"`end_token_id` is the model's padding id {padding_id}, which is never generated: "
+                             f"decoding would never end. Received: end_token_id={c[key]!r}")
     if not translator:
         check_prompts(ids, c["max_length"])
         c["start_token_id"] = 0

@@ -244,11 +244,11 @@ class _Steps:
             self.plain = self.plain.repeat(beams)
 
 
-def _row_limits(inputs, c):
+def _row_limits(task, inputs, c):
     """Translator: the most tokens each row generates, `ratio * source length + offset`, or None (`max_length`)."""
     if c.get("max_length_ratio") is None:
         return None
-    source_length = ops.sum(ops.cast(ops.not_equal(inputs, 0), "float32"), axis=1)
+    source_length = ops.sum(ops.cast(ops.not_equal(inputs, task.padding_id), "float32"), axis=1)
     limits = ops.cast(ops.floor(c["max_length_ratio"] * source_length), "int32") + c["max_length_offset"]
     return ops.maximum(limits, 1)  # the first token is always generated
 
@@ -263,7 +263,7 @@ def _prefill(task, inputs, c):
 def _decode_loop(task, inputs, noise, c):
     """Greedy or sampling -> the tokens `task.generated_tokens` keeps of the buffer `(batch, length)`."""
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
-    limits = _row_limits(inputs, c)
+    limits = _row_limits(task, inputs, c)
     required = _slots_required(inputs, c)
     length = ops.shape(tokens)[1]
 
@@ -299,7 +299,7 @@ def _beam_loop(task, inputs, c):
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     flat = batch * beams
-    limits = _row_limits(inputs, c)
+    limits = _row_limits(task, inputs, c)
     limits = None if limits is None else ops.repeat(limits, beams, axis=0)  # a row's beams share its limit
     required = _slots_required(inputs, c)
     required = None if required is None else ops.repeat(required, beams, axis=0)
@@ -472,7 +472,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
     translator = model.decoding_family == "translator"
     if translator:  # drop all-padding columns: a batch of short sources encodes short
-        ids = batching.pad_width(batching.trim_width(ids))
+        ids = batching.pad_width(batching.trim_width(ids, model.padding_id), padding_id=model.padding_id)
     else:
         ids = batching.pad_width(ids, config["max_length"])
     ids = np.asarray(ops.convert_to_numpy(ids))

@@ -32,6 +32,7 @@ class GenerativeTask(Task):
     """
 
     decoding_family = None
+    padding_id = 0  # the id that pads token ids; never generated (a `Translator` of a checkpoint may set another)
 
     def decoder_parts(self):
         """`(embedding, blocks, final_norm or None, output_projection or None)`: the layers a decoding step runs
@@ -69,13 +70,13 @@ class GenerativeTask(Task):
         raise NotImplementedError
 
     def decoding_limits(self):
-        """`{"vocabulary_size", "source_vocabulary_size", "position_limit"}`: what `generate` checks ids and
-        lengths against (`position_limit`: the learned positions, or None)."""
+        """`{"vocabulary_size", "source_vocabulary_size", "position_limit", "padding_id"}`: what `generate`
+        checks ids and lengths against (`position_limit`: the learned positions, or None)."""
         embedding = self.decoder_parts()[0]
         source = getattr(self, "encoder_embedding", embedding)
         limit = embedding.sequence_length if embedding.position == "learned" else None
         return {"vocabulary_size": embedding.vocabulary_size, "source_vocabulary_size": source.vocabulary_size,
-                "position_limit": limit}
+                "position_limit": limit, "padding_id": self.padding_id}
 
     def empty_cache(self, batch, length, dtype):
         """One zero `(batch, 2, length, heads, head_dim)` cache a decoder block, as a tuple."""
@@ -85,13 +86,13 @@ class GenerativeTask(Task):
                      for _ in blocks)
 
     def logits(self, hidden):
-        """Decoder outputs `(batch, n, hidden_dim)` -> float32 logits `(batch, n, vocab)`; id 0 (padding)
-        is never chosen."""
+        """Decoder outputs `(batch, n, hidden_dim)` -> float32 logits `(batch, n, vocab)`; the padding id
+        (`padding_id`, 0 unless a checkpoint says otherwise) is never chosen."""
         embedding, _, norm, projection = self.decoder_parts()
         if norm is not None:
             hidden = norm(hidden)
         logits = embedding(hidden, reverse=True) if projection is None else projection(hidden)
-        return ops.where(ops.arange(embedding.vocabulary_size) == 0, NEG_INF, ops.cast(logits, "float32"))
+        return ops.where(ops.arange(embedding.vocabulary_size) == self.padding_id, NEG_INF, ops.cast(logits, "float32"))
 
     def _run_blocks(self, x, cache, cache_update_index, cache_padding_mask=None, **cross):
         """Every decoder block on `x` through its cache: `(x, updated cache)`."""

@@ -14,6 +14,9 @@ from kformer.models.registry import builder, register
 from kformer.models.task import check_length_fits, check_tokenizer_fits
 
 PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
+# `translate`'s decoding defaults for a model trained here (a checkpoint's preprocessor brings its own)
+TRANSLATE_DEFAULTS = dict(strategy="greedy", max_word_pieces=TRANSLATE_MAX_WORD_PIECES,
+                          no_repeat_ngram_size=TRANSLATE_NO_REPEAT_NGRAM_SIZE)
 POSITIONS = ("sinusoidal", "learned")
 
 
@@ -21,7 +24,8 @@ POSITIONS = ("sinusoidal", "learned")
 class Translator(GenerativeTask):
     """Source ids `(batch, src_len)` + target ids `(batch, tgt_len)` -> logits `(batch, tgt_len, vocab)`.
 
-    Id 0 is padding on both sides (masks are derived from it). A shared
+    Id 0 is padding on both sides (masks are derived from it; a checkpoint
+    may name another `padding_id`). A shared
     `vocabulary_size` makes one embedding table serve encoder, decoder and
     output projection (paper 3.4); separate `encoder_vocabulary_size` /
     `decoder_vocabulary_size` give two tables, the decoder's tied to the
@@ -42,6 +46,18 @@ class Translator(GenerativeTask):
         position: `"sinusoidal"` (paper) or `"learned"`.
         tie_output_embedding: bool. Output projection = transposed decoder embedding.
         normalize_first: bool. Pre-norm blocks and final norms. Defaults to `False`.
+        activation: The feed-forward activation. Defaults to `"relu"` (the
+            paper; Marian checkpoints use `"silu"`, swish).
+        padding_id: int. The id that pads sources. Defaults to `0`, which
+            pads targets too (masked in the decoder). Another id (Marian's
+            last) masks the encoder and the cross-attention only: such a
+            checkpoint starts its decoder from the padding id, and causal
+            attention keeps padding after a target from every real token.
+            Never generated.
+        sinusoid_layout: `"interleaved"` (the paper) or `"halves"` (sines,
+            then cosines: Marian). Defaults to `"interleaved"`.
+        output_bias: bool. A learned bias added to the tied output logits
+            (Marian's `final_logits_bias`). Defaults to `False`.
         preprocessor: `kformer.data.preprocessors.TranslatorPreprocessor` or None.
 
     Attributes: `encoder_embedding`, `decoder_embedding` (the same layer when
@@ -64,7 +80,8 @@ class Translator(GenerativeTask):
     def __init__(self, vocabulary_size=None, encoder_vocabulary_size=None, decoder_vocabulary_size=None,
                  sequence_length=256, hidden_dim=512, num_heads=8, intermediate_dim=2048,
                  num_encoder_layers=6, num_decoder_layers=6, dropout=0.1, position="sinusoidal",
-                 tie_output_embedding=True, normalize_first=False, preprocessor=None, **kwargs):
+                 tie_output_embedding=True, normalize_first=False, activation="relu", padding_id=0,
+                 sinusoid_layout="interleaved", output_bias=False, preprocessor=None, **kwargs):
         source_vocab, target_vocab, shared = _vocabularies(
             vocabulary_size, encoder_vocabulary_size, decoder_vocabulary_size)
         check_positive_ints(sequence_length=sequence_length, hidden_dim=hidden_dim, num_heads=num_heads,
@@ -73,17 +90,27 @@ class Translator(GenerativeTask):
         check_rates(dropout=dropout)
         if position not in POSITIONS:
             raise ValueError(f"`position` must be one of {POSITIONS}. Received: position={position!r}")
+        if not isinstance(padding_id, int) or isinstance(padding_id, bool) or not 0 <= padding_id < min(
+                source_vocab, target_vocab):
+            raise ValueError(f"`padding_id` must be an int in [0, {min(source_vocab, target_vocab)}) (an id of both "
+                             f"vocabularies). Received: padding_id={padding_id!r}")
+        if output_bias and not tie_output_embedding:
+            raise ValueError("`output_bias=True` adds a bias to the tied output logits; an untied output projection "
+                             "(`tie_output_embedding=False`) has its own bias. Received: output_bias=True, "
+                             "tie_output_embedding=False")
+        mask_zero = padding_id == 0
 
-        def embedding(vocab, name):
+        def embedding(vocab, name, bias):
             return layers.TokenAndPositionEmbedding(
-                vocab, sequence_length, hidden_dim, position=position, mask_zero=True,
-                scale_by_sqrt_dim=True, name=name,
+                vocab, sequence_length, hidden_dim, position=position, mask_zero=mask_zero,
+                scale_by_sqrt_dim=True, sinusoid_layout=sinusoid_layout, output_bias=bias, name=name,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=hidden_dim**-0.5))
 
         block = dict(num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-                     normalize_first=normalize_first)
-        encoder_embedding = embedding(source_vocab, "shared_embedding" if shared else "encoder_embedding")
-        decoder_embedding = encoder_embedding if shared else embedding(target_vocab, "decoder_embedding")
+                     normalize_first=normalize_first, activation=activation)
+        encoder_embedding = embedding(source_vocab, "shared_embedding" if shared else "encoder_embedding",
+                                      output_bias and shared)
+        decoder_embedding = encoder_embedding if shared else embedding(target_vocab, "decoder_embedding", output_bias)
         encoder_blocks = [blocks.TransformerEncoderBlock(name=f"encoder_{i}", **block)
                           for i in range(num_encoder_layers)]
         decoder_blocks = [blocks.TransformerDecoderBlock(name=f"decoder_{i}", **block)
@@ -96,14 +123,17 @@ class Translator(GenerativeTask):
 
         encoder_ids = keras.Input((None,), dtype="int32", name="encoder_token_ids")
         decoder_ids = keras.Input((None,), dtype="int32", name="decoder_token_ids")
+        # Id 0 pads: the embeddings' Keras masks reach every block. Another padding id: the source's mask, given.
+        source_mask = {} if mask_zero else {"padding_mask": ops.not_equal(encoder_ids, padding_id)}
         x = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(encoder_embedding(encoder_ids))
         for layer in encoder_blocks:
-            x = layer(x)
+            x = layer(x, **source_mask)
         if encoder_norm is not None:
             x = encoder_norm(x)
         y = keras.layers.Dropout(dropout, name="decoder_embedding_dropout")(decoder_embedding(decoder_ids))
+        cross_mask = {} if mask_zero else {"encoder_padding_mask": source_mask["padding_mask"]}
         for layer in decoder_blocks:
-            y = layer(y, x)
+            y = layer(y, x, **cross_mask)
         if decoder_norm is not None:
             y = decoder_norm(y)
         logits = decoder_embedding(y, reverse=True) if output_projection is None else output_projection(y)
@@ -121,6 +151,8 @@ class Translator(GenerativeTask):
         self.intermediate_dim, self.dropout, self.position = intermediate_dim, dropout, position
         self.num_encoder_layers, self.num_decoder_layers = num_encoder_layers, num_decoder_layers
         self.tie_output_embedding, self.normalize_first = tie_output_embedding, normalize_first
+        self.activation, self.padding_id = activation, padding_id
+        self.sinusoid_layout, self.output_bias = sinusoid_layout, output_bias
         self._set_preprocessor(preprocessor)
 
     def transformer_blocks(self):
@@ -157,7 +189,7 @@ class Translator(GenerativeTask):
 
     def encode(self, encoder_token_ids):
         """The encoder stack: source ids `(batch, src_len)` -> `(outputs (batch, src_len, hidden_dim), padding mask)`."""
-        mask = ops.not_equal(encoder_token_ids, 0)
+        mask = ops.not_equal(encoder_token_ids, self.padding_id)
         x = self.encoder_embedding(encoder_token_ids)
         for block in self.encoder_blocks:
             x = block(x, padding_mask=mask)
@@ -207,25 +239,27 @@ class Translator(GenerativeTask):
         """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, **kwargs)`."""
         return generate_ids(self, encoder_token_ids, **kwargs)
 
-    def translate(self, texts, *, strategy="greedy", max_length=None, batch_size=None,
-                  max_word_pieces=TRANSLATE_MAX_WORD_PIECES,
-                  no_repeat_ngram_size=TRANSLATE_NO_REPEAT_NGRAM_SIZE, **kwargs):
+    def translate(self, texts, *, batch_size=None, **options):
         """Translate strings: list of str (or one str) -> list of str.
 
-        Tokenizes with the preprocessor, decodes with `generate` (`strategy`:
-        "greedy", "beam", "top_k" or "top_p"; other `generate` arguments such
-        as `num_beams` pass through), detokenizes. `max_length` defaults to
-        the preprocessor's `sequence_length`. Texts are batched by source
-        length (short with short, so a batch's loop ends sooner), `batch_size`
+        Tokenizes with the preprocessor, decodes with `generate`, detokenizes.
+        `options` are `generate`'s (`strategy`: "greedy", "beam", "top_k" or
+        "top_p"; `num_beams`, `max_length`, ...). Their defaults: the
+        preprocessor's `decoding_defaults` where it has them (a checkpoint's
+        generation config), else `TRANSLATE_DEFAULTS`, and `max_length` the
+        preprocessor's `sequence_length`. Texts are batched by source length
+        (short with short, so a batch's loop ends sooner), `batch_size`
         (default 256) at a time, and returned in the order given. `[]` gives `[]`.
-        `max_word_pieces` (see `generate`): no output word has more WordPiece
-        pieces; defaults to `kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`
-        (5), which stops the chains of invented `##` pieces an unfamiliar word
-        sets off (issue 60); `None` turns the guard off.
-        `no_repeat_ngram_size` (see `generate`): no n-gram appears twice in
-        one translation; defaults to `TRANSLATE_NO_REPEAT_NGRAM_SIZE` (3, the
-        recipe's guard), which stops an undertrained model's loops; `0` turns
-        it off.
+
+        The defaults of a model trained here (`TRANSLATE_DEFAULTS`):
+        greedy; `max_word_pieces` (see `generate`) 5
+        (`kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`): no
+        output word has more WordPiece pieces, which stops the chains of
+        invented `##` pieces an unfamiliar word sets off (issue 60), `None`
+        turns the guard off; `no_repeat_ngram_size` (see `generate`) 3
+        (`TRANSLATE_NO_REPEAT_NGRAM_SIZE`, the recipe's guard): no n-gram
+        appears twice in one translation, which stops an undertrained model's
+        loops, `0` turns it off.
         With the preprocessor's `copy_numbers` (the default), each translation
         holds as many number slots as its source (`generate`'s `slot_token_id`;
         pass `slot_token_id=None` to let the model choose), filled with the
@@ -242,14 +276,13 @@ class Translator(GenerativeTask):
         if not single and len(texts) == 0:
             return []
         source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
-        options = dict(max_length=preprocessor.sequence_length if max_length is None else max_length, strategy=strategy,
-                       start_token_id=preprocessor.start_token_id,
-                       end_token_id=preprocessor.end_token_id, max_word_pieces=max_word_pieces,
-                       no_repeat_ngram_size=no_repeat_ngram_size,
-                       slot_token_id=preprocessor.number_slot_id)
-        options.update(kwargs)
+        options = {"max_length": preprocessor.sequence_length, **TRANSLATE_DEFAULTS,
+                   **getattr(preprocessor, "decoding_defaults", {}), "start_token_id": preprocessor.start_token_id,
+                   "end_token_id": preprocessor.end_token_id, "slot_token_id": preprocessor.number_slot_id, **options}
+        if options["max_length"] is None:
+            options["max_length"] = preprocessor.sequence_length
         texts = np.asarray([texts] if single else list(texts), dtype=object)
-        order = np.argsort(np.count_nonzero(source, axis=1), kind="stable")
+        order = np.argsort(np.count_nonzero(source != self.padding_id, axis=1), kind="stable")
         outputs = [None] * len(source)
         for start in range(0, len(source), batch_size):
             rows = order[start:start + batch_size]

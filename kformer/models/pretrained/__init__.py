@@ -16,7 +16,7 @@ variable, transform) that serves both directions.
 from kformer.models import task as task_module
 from kformer.models.pretrained.common import read_config, resolve
 
-FAMILIES = ("bert", "gpt2", "gpt_neo", "vit")
+FAMILIES = ("bert", "gpt2", "gpt_neo", "marian", "vit")
 
 
 def from_pretrained(source, task=None, **kwargs):
@@ -30,7 +30,8 @@ def from_pretrained(source, task=None, **kwargs):
         **kwargs: the family's options: BERT `num_classes` (a new classification head) and
             `sequence_length` (the preprocessor's, at most the checkpoint's positions); ViT
             `num_classes` (a new head when it differs; required for a keras-hub `ViTBackbone`
-            preset without a classifier task) and `class_names`.
+            preset without a classifier task) and `class_names`; Marian `target_language` (a
+            multilingual checkpoint's `">>spa<<"`) and `sequence_length`.
 
     Returns:
         The kformer task, its weights equal to the checkpoint's.
@@ -60,6 +61,8 @@ def from_pretrained(source, task=None, **kwargs):
         from kformer.models.pretrained import gpt_neo as family
     elif model_type == "vit":
         from kformer.models.pretrained import vit as family
+    elif model_type == "marian":
+        from kformer.models.pretrained import marian as family
     else:
         raise ValueError(f"{folder / 'config.json'}: `model_type`={model_type!r} is not a family kformer loads; "
                          f"expected one of {list(FAMILIES)}.")

@@ -1,0 +1,250 @@
+"""Marian (OPUS-MT) checkpoints in the Hugging Face layout (`MarianMTModel`, `model_type: "marian"`) as a
+`Translator`.
+
+The architecture is the paper's post-norm Transformer with a few named options of `Translator`:
+sinusoids in [sin | cos] halves (`sinusoid_layout="halves"`), a swish feed-forward
+(`activation="silu"`), one embedding table for encoder, decoder and output with a bias on the
+logits (`output_bias`: `final_logits_bias`), and the padding id last (`padding_id`): id 0 is
+`</s>`, and the decoder starts from the padding id. The mapping, one block `i`:
+
+    model.shared (or encoder.embed_tokens)      -> shared_embedding token table (tied output)
+    final_logits_bias (1, V)                     -> shared_embedding logits_bias
+    {encoder,decoder}.layers.i.self_attn.{q,k,v,out}_proj -> self_attention query/key/value/output
+    decoder.layers.i.encoder_attn.*              -> decoder_i cross_attention
+    *.self_attn_layer_norm, encoder_attn_layer_norm, final_layer_norm -> the block's three norms
+    *.fc1, *.fc2                                 -> feed_forward inner, outer
+
+The sinusoid tables some checkpoints store (`embed_positions.weight`) are computed, as transformers
+does. Every config value kformer cannot represent is refused (file, field, value) before any weight
+is assigned. Known differences in decoding (not in the logits): `forced_eos_token_id` (transformers
+writes `</s>` as the last token of a translation cut at `max_length`) is not applied, and beam
+search scores finished translations with GNMT's length penalty, not transformers' `length ** alpha`.
+"""
+
+import pathlib
+
+import numpy as np
+
+from kformer.models.pretrained.common import (Entry, assign_all, check_sizes, field, linear, norm, read_json,
+                                              read_weights, to_kformer)
+from kformer.models.translator import Translator
+
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
+TASKS = (None, "translation")
+OPTIONS = ("dropout", "name", "dtype", "preprocessor", "target_language", "sequence_length")
+EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+              "lm_head.weight")  # one table, saved under one or more of these names
+COMPUTED = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+
+
+def _positive_int(config, name, default=None):
+    value = field(config, name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"config.json: `{name}`={value!r} must be a positive int; the checkpoint was not loaded.")
+    return value
+
+
+def _token_id(config, name, vocabulary):
+    value = field(config, name)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocabulary:
+        raise ValueError(f"config.json: `{name}`={value!r} is not a token id in [0, {vocabulary}) (`vocab_size`); "
+                         "the checkpoint was not loaded.")
+    return value
+
+
+def model_arguments(config):
+    """config.json -> `Translator` arguments; a ValueError naming the field kformer cannot represent."""
+    vocabulary = _positive_int(config, "vocab_size")
+    width = _positive_int(config, "d_model")
+    sizes = {name: _positive_int(config, name) for name in (
+        "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+        "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")}
+    for encoder, decoder in (("encoder_attention_heads", "decoder_attention_heads"),
+                             ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if sizes[encoder] != sizes[decoder]:
+            raise ValueError(f"config.json: `{encoder}`={sizes[encoder]} differs from `{decoder}`={sizes[decoder]}; "
+                             "kformer's Translator uses one size for both stacks. The checkpoint was not loaded.")
+    if width % sizes["encoder_attention_heads"]:
+        raise ValueError(f"config.json: `d_model`={width} is not divisible by "
+                         f"`encoder_attention_heads`={sizes['encoder_attention_heads']}.")
+    field(config, "share_encoder_decoder_embeddings", True, allowed=(True,))
+    field(config, "tie_word_embeddings", True, allowed=(True,))
+    field(config, "scale_embedding", False, allowed=(True,))  # MarianConfig's default is False; OPUS-MT sets True
+    decoder_vocabulary = config.get("decoder_vocab_size")
+    if decoder_vocabulary not in (None, vocabulary):
+        raise ValueError(f"config.json: `decoder_vocab_size`={decoder_vocabulary!r} differs from `vocab_size`="
+                         f"{vocabulary}; kformer loads Marian checkpoints with one shared vocabulary.")
+    activation = field(config, "activation_function", "gelu", allowed=tuple(ACTIVATIONS))
+    padding = _token_id(config, "pad_token_id", vocabulary)
+    start = config.get("decoder_start_token_id", padding)
+    if start != padding:
+        raise ValueError(f"config.json: `decoder_start_token_id`={start!r} differs from `pad_token_id`={padding}; "
+                         "kformer's Marian translator starts its decoder from the padding id.")
+    if _token_id(config, "eos_token_id", vocabulary) == padding:
+        raise ValueError(f"config.json: `eos_token_id` equals `pad_token_id`={padding}: decoding could not end.")
+    dropout = field(config, "dropout", 0.1)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"config.json: `dropout`={dropout!r} must be a number in [0, 1).")
+    return dict(vocabulary_size=vocabulary, sequence_length=sizes["max_position_embeddings"], hidden_dim=width,
+                num_heads=sizes["encoder_attention_heads"], intermediate_dim=sizes["encoder_ffn_dim"],
+                num_encoder_layers=sizes["encoder_layers"], num_decoder_layers=sizes["decoder_layers"],
+                dropout=float(dropout), position="sinusoidal", tie_output_embedding=True, normalize_first=False,
+                activation=ACTIVATIONS[activation], padding_id=padding, sinusoid_layout="halves", output_bias=True)
+
+
+def _attention(layer, name, width):
+    return (linear(layer.query_dense, f"{name}.q_proj", width, width)
+            + linear(layer.key_dense, f"{name}.k_proj", width, width)
+            + linear(layer.value_dense, f"{name}.v_proj", width, width)
+            + linear(layer.output_dense, f"{name}.out_proj", width, width))
+
+
+def table(model, embedding_name="model.shared.weight"):
+    """The `Entry` table of a Marian `Translator`: `MarianMTModel` tensor names."""
+    e, inner, vocab = model.hidden_dim, model.intermediate_dim, model.decoder_embedding.vocabulary_size
+    embedding = model.encoder_embedding
+    entries = [Entry(embedding_name, embedding.token_embedding.embeddings, (vocab, e)),
+               Entry("final_logits_bias", embedding.logits_bias, (1, vocab))]
+    for side, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
+        for i, block in enumerate(blocks):
+            b = f"model.{side}.layers.{i}."
+            entries += _attention(block.self_attention, b + "self_attn", e)
+            entries += norm(block.self_attention_norm, b + "self_attn_layer_norm", e)
+            if side == "decoder":
+                entries += _attention(block.cross_attention, b + "encoder_attn", e)
+                entries += norm(block.cross_attention_norm, b + "encoder_attn_layer_norm", e)
+            entries += linear(block.feed_forward.inner, b + "fc1", e, inner)
+            entries += linear(block.feed_forward.outer, b + "fc2", inner, e)
+            entries += norm(block.feed_forward_norm, b + "final_layer_norm", e)
+    return entries
+
+
+def read_checkpoint_weights(folder):
+    """`model.safetensors` (or its shards), else `pytorch_model.bin` read by torch with `weights_only=True`
+    (tensors only, never arbitrary pickled objects): {name: float32 numpy}."""
+    folder = pathlib.Path(folder)
+    binary = folder / "pytorch_model.bin"
+    if (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file() \
+            or not binary.is_file():
+        return read_weights(folder)
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"{folder} holds pytorch_model.bin and no model.safetensors; reading it needs torch "
+                         "(pip install torch), or convert it to safetensors.") from None
+    try:
+        state = torch.load(binary, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 (torch raises many kinds for a damaged or hostile file)
+        raise ValueError(f"{binary} could not be read as tensors (weights_only=True): {type(err).__name__}: "
+                         f"{str(err)[:300]}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{binary} must hold a dict of tensor name -> tensor.")
+    return {name: tensor.detach().float().numpy() if tensor.is_floating_point() else tensor.numpy()
+            for name, tensor in state.items()}
+
+
+def _embedding_name(weights):
+    """The name the token table is stored under; every other copy must be equal (they are one tied table)."""
+    present = [name for name in EMBEDDINGS if name in weights]
+    if not present:
+        raise ValueError(f"The checkpoint has no token table (one of {list(EMBEDDINGS)}); it was not loaded.")
+    for other in present[1:]:
+        if weights[other].shape != weights[present[0]].shape or not np.array_equal(weights[other],
+                                                                                   weights[present[0]]):
+            raise ValueError(f"The checkpoint's {other!r} differs from {present[0]!r}, but a Marian checkpoint with "
+                             "`share_encoder_decoder_embeddings` ties them; it was not loaded.")
+    return present[0], present[1:]
+
+
+def decoding_defaults(folder, config, vocabulary, padding):
+    """`translate`'s defaults from `generation_config.json` (or config.json): beam width, length, and no
+    from-scratch guards. `bad_words_ids` other than `[[pad_token_id]]` (never generated anyway) are refused."""
+    path = pathlib.Path(folder) / "generation_config.json"
+    settings = read_json(path) if path.is_file() else config
+    file = path.name if path.is_file() else "config.json"
+    bad = settings.get("bad_words_ids")
+    if bad not in (None, [[padding]]):
+        raise ValueError(f"{file}: `bad_words_ids`={str(bad)[:80]} cannot be represented by kformer yet (it never "
+                         f"generates the padding id, [[{padding}]]); the checkpoint was not loaded.")
+    beams = settings.get("num_beams", 1)
+    length = settings.get("max_length", 512)
+    for name, value in (("num_beams", beams), ("max_length", length)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{file}: `{name}`={value!r} must be a positive int.")
+    defaults = {"strategy": "beam" if beams > 1 else "greedy", "max_word_pieces": None,
+                "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
+                "max_length": length - 1}  # transformers counts the decoder's start token in `max_length`
+    if beams > 1:
+        defaults["num_beams"] = beams
+    return defaults
+
+
+def load(folder, config, task=None, **kwargs):
+    """A Marian checkpoint folder -> `Translator` with the checkpoint's weights and, when the folder holds
+    `source.spm`, `target.spm` and `vocab.json`, a `kformer.data.marian.MarianPreprocessor`.
+
+    Args:
+        folder: the checkpoint folder.
+        config: its config.json as a dict.
+        task: None or `"translation"`.
+        **kwargs: `dropout` (default: config.json's), `name`, `dtype`, `preprocessor` (False: none;
+            or one to attach instead), `target_language` (a multilingual checkpoint's `">>spa<<"`)
+            and `sequence_length` (the preprocessor's; default `max_position_embeddings`).
+
+    Returns:
+        `Translator` whose logits equal `MarianMTModel`'s.
+    """
+    folder = pathlib.Path(folder)
+    if task not in TASKS:
+        raise ValueError(f"Marian checkpoints load as one task (translation). Received: task={task!r}; expected one "
+                         f"of {list(TASKS)}.")
+    unknown = sorted(set(kwargs) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"Unknown Marian `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
+    args = model_arguments(config)
+    weights = read_checkpoint_weights(folder)
+    embedding_name, copies = _embedding_name(weights)
+    check_sizes(weights, {"encoder_layers": (args["num_encoder_layers"], r"model\.encoder\.layers\.(\d+)\."),
+                          "decoder_layers": (args["num_decoder_layers"], r"model\.decoder\.layers\.(\d+)\."),
+                          "vocab_size": (args["vocabulary_size"], embedding_name, 0),
+                          "d_model": (args["hidden_dim"], embedding_name, 1),
+                          "encoder_ffn_dim": (args["intermediate_dim"], "model.encoder.layers.0.fc1.bias", 0)})
+    preprocessor = kwargs.pop("preprocessor", None)
+    target_language = kwargs.pop("target_language", None)
+    sequence_length = kwargs.pop("sequence_length", None) or args["sequence_length"]
+    if preprocessor is None:
+        preprocessor = _default_preprocessor(folder, config, args, sequence_length, target_language)
+    args.update(kwargs)
+    model = Translator(**args, preprocessor=preprocessor or None)
+    entries = table(model, embedding_name)
+    pairs = to_kformer(weights, entries)  # every tensor's shape checked before any assignment
+    used = {entry.name for entry in entries} | set(copies) | set(COMPUTED)
+    unknown = sorted(name for name in weights if name not in used)
+    if unknown:
+        raise ValueError(f"The checkpoint holds tensors a Marian `Translator` has no place for: {unknown[:5]} "
+                         f"({len(unknown)} in all); it was not loaded.")
+    assign_all(pairs)
+    return model
+
+
+def _default_preprocessor(folder, config, args, sequence_length, target_language):
+    if not any((folder / name).is_file() for name in ("source.spm", "target.spm", "vocab.json")):  # weights alone
+        if target_language is not None:
+            raise ValueError(f"`target_language`={target_language!r} needs the checkpoint's tokenizer, but {folder} "
+                             "lacks source.spm, target.spm or vocab.json.")
+        return None
+    from kformer.data.marian import MarianPreprocessor, MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_folder(folder)
+    if tokenizer.vocabulary_size != args["vocabulary_size"]:
+        raise ValueError(f"{folder / 'vocab.json'} holds ids up to {tokenizer.vocabulary_size - 1}, but config.json's "
+                         f"`vocab_size` is {args['vocabulary_size']}; the checkpoint was not loaded.")
+    if tokenizer.padding_id != args["padding_id"] or tokenizer.end_id != config.get("eos_token_id"):
+        raise ValueError(f"{folder / 'vocab.json'}: <pad> is {tokenizer.padding_id} and </s> {tokenizer.end_id}, but "
+                         f"config.json says `pad_token_id`={args['padding_id']}, `eos_token_id`="
+                         f"{config.get('eos_token_id')}; the checkpoint was not loaded.")
+    defaults = decoding_defaults(folder, config, args["vocabulary_size"], args["padding_id"])
+    defaults["max_length"] = min(defaults["max_length"], sequence_length)
+    return MarianPreprocessor(tokenizer, sequence_length=sequence_length, target_language=target_language,
+                              decoding_defaults=defaults)
+

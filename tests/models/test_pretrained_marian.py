@@ -1,0 +1,185 @@
+"""Marian (OPUS-MT) checkpoints in the Hugging Face layout: logits and greedy translations equal
+transformers', the SentencePiece preprocessor gives `MarianTokenizer`'s ids and texts, bad checkpoints
+are refused by name. The checkpoint is a tiny random `MarianMTModel` (two layers a side, width 64,
+a non-zero `final_logits_bias`) with SentencePiece models trained here on bundled Tatoeba text."""
+
+import io
+import json
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+sentencepiece = pytest.importorskip("sentencepiece")
+
+from kformer import models  # noqa: E402
+from kformer.data import translation  # noqa: E402
+from kformer.models.pretrained import from_pretrained  # noqa: E402
+
+PIECES = 300  # each side's SentencePiece vocabulary
+EDGE = ["", "café naïve résumé àéîõü", "The 3 dogs ate 1,234.5 kg at 12:30.", "emoji 😀👍🏽 ok", "中文 日本語 한국어",
+        "x" * 500, "  leading and trailing  ", "multiple   spaces", "new\nline\ttab", "ÅNGSTRÖM ß",
+        "a </s> inside", "<unk> and <pad>", "¿Qué? ¡Sí!", "don't DON'T it's"]
+
+
+def _spm(texts, size):
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=size,
+                                             character_coverage=1.0, model_type="unigram", minloglevel=2)
+    return model.getvalue()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """(folder, reference MarianMTModel in eval mode, transformers' MarianTokenizer, test sources)."""
+    folder = tmp_path_factory.mktemp("marian")
+    sources, targets = translation.load_split("train", max_examples=2000)
+    (folder / "source.spm").write_bytes(_spm(sources, PIECES))
+    (folder / "target.spm").write_bytes(_spm(targets, PIECES))
+    pieces = {}
+    for name in ("source.spm", "target.spm"):
+        processor = sentencepiece.SentencePieceProcessor(model_proto=(folder / name).read_bytes())
+        for i in range(processor.get_piece_size()):
+            if not processor.is_control(i) and not processor.is_unknown(i):
+                pieces.setdefault(processor.id_to_piece(i), None)
+    vocabulary = {"</s>": 0, "<unk>": 1, **{piece: i + 2 for i, piece in enumerate(pieces)}}
+    vocabulary["<pad>"] = len(vocabulary)  # last, as in OPUS-MT
+    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
+    size, pad = len(vocabulary), len(vocabulary) - 1
+    torch.manual_seed(0)
+    config = transformers.MarianConfig(
+        vocab_size=size, decoder_vocab_size=size, d_model=64, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        max_position_embeddings=64, activation_function="swish", scale_embedding=True, pad_token_id=pad,
+        eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None, share_encoder_decoder_embeddings=True)
+    reference = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        reference.final_logits_bias.normal_(0.0, 1.0)
+    reference.generation_config.bad_words_ids = [[pad]]
+    reference.generation_config.num_beams = 4
+    reference.generation_config.max_length = 64
+    reference.save_pretrained(folder, safe_serialization=True)
+    tokenizer = transformers.MarianTokenizer(source_spm=str(folder / "source.spm"),
+                                             target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json"))
+    tokenizer.save_pretrained(folder)
+    test_sources = translation.load_split("test")[0]
+    return folder, reference, tokenizer, test_sources
+
+
+@pytest.fixture(scope="module")
+def translator(checkpoint):
+    return from_pretrained(checkpoint[0])
+
+
+def _reference_logits(reference, source, target, pad):
+    with torch.no_grad():
+        return reference(input_ids=torch.tensor(source, dtype=torch.long),
+                         attention_mask=torch.tensor(source != pad, dtype=torch.long),
+                         decoder_input_ids=torch.tensor(target, dtype=torch.long)).logits.numpy()
+
+
+def test_config_and_teacher_forced_logits_match(checkpoint, translator):
+    folder, reference, _, _ = checkpoint
+    pad = reference.config.pad_token_id
+    assert (translator.hidden_dim, translator.num_heads, translator.intermediate_dim, translator.num_encoder_layers,
+            translator.activation, translator.padding_id, translator.sinusoid_layout) == (
+        64, 4, 128, 2, "silu", pad, "halves")
+    rng = np.random.default_rng(0)
+    source = rng.integers(0, pad, (3, 12)).astype("int32")  # id 0 (`</s>`) inside too
+    source[0, 7:], source[1, 10:] = pad, pad  # ragged sources, padded with <pad>
+    target = rng.integers(0, pad, (3, 9)).astype("int32")
+    target[:, 0] = pad  # the decoder starts from the padding id
+    got = np.asarray(keras.ops.convert_to_numpy(translator.predict_on_batch(
+        {"encoder_token_ids": source, "decoder_token_ids": target})))
+    difference = np.abs(got - _reference_logits(reference, source, target, pad)).max()
+    print(f"max |logit difference| on {keras.backend.backend()}: {difference:.3g}")
+    assert difference < 1e-4
+
+
+def test_greedy_translations_equal_generate(checkpoint, translator):
+    """30 bundled test sentences, one batch: ids and texts equal transformers' greedy `generate`."""
+    _, reference, tokenizer, test_sources = checkpoint
+    sources = test_sources[:30]
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = reference.generate(**batch, num_beams=1, do_sample=False, max_length=21).numpy()
+    pad = reference.config.pad_token_id
+    got = translator.generate(translator.preprocessor.encode(sources)["encoder_token_ids"], max_length=20,
+                              start_token_id=pad, end_token_id=0)
+    for row, (want, mine) in enumerate(zip(expected[:, 1:], got)):  # the reference's first id is the start
+        want = list(want[:list(want).index(0) + 1] if 0 in want else want)
+        assert list(mine[:len(want)]) == want, row
+    assert translator.translate(sources, strategy="greedy", max_length=20) == \
+        tokenizer.batch_decode(expected, skip_special_tokens=True)
+
+
+@pytest.mark.once("SentencePiece and vocab.json lookups in Python, no Keras")
+def test_preprocessor_gives_marian_tokenizer_ids_and_texts(checkpoint, translator):
+    _, _, tokenizer, test_sources = checkpoint
+    texts = list(test_sources[:2000]) + EDGE
+    mine = translator.preprocessor.tokenizer
+    agree = sum(mine.encode(text) == tokenizer(text)["input_ids"] for text in texts)
+    assert agree == len(texts), [t for t in texts if mine.encode(t) != tokenizer(t)["input_ids"]][:5]
+    ids = [tokenizer(text)["input_ids"] for text in texts]
+    assert [mine.decode(row) for row in ids] == tokenizer.batch_decode(ids, skip_special_tokens=True)
+    print(f"MarianTokenizer agreement: {agree} of {len(texts)} texts ({len(texts) - 2000} edge cases)")
+
+
+def test_translate_uses_the_checkpoints_generation_defaults(checkpoint, translator):
+    preprocessor = translator.preprocessor
+    assert preprocessor.decoding_defaults == {"strategy": "beam", "num_beams": 4, "max_length": 63,
+                                              "max_word_pieces": None, "no_repeat_ngram_size": 0}
+    assert isinstance(translator.translate("How are you?", max_length=4), str)
+
+
+def test_keras_file_round_trip(checkpoint, translator, tmp_path):
+    path = tmp_path / "marian.keras"
+    translator.save(path)
+    loaded = models.load(path)
+    sources = checkpoint[3][:4]
+    assert loaded.translate(sources, strategy="greedy", max_length=8) == \
+        translator.translate(sources, strategy="greedy", max_length=8)
+    assert loaded.preprocessor.decoding_defaults == translator.preprocessor.decoding_defaults
+
+
+def _copy(folder, to, config=None, drop=None, vocabulary=None):
+    shutil.copytree(folder, to)
+    if config:
+        settings = json.loads((to / "config.json").read_text())
+        settings.update(config)
+        (to / "config.json").write_text(json.dumps(settings))
+    if drop:
+        (to / drop).unlink()
+    if vocabulary:
+        (to / "vocab.json").write_text(json.dumps(vocabulary(json.loads((to / "vocab.json").read_text()))))
+    return to
+
+
+@pytest.mark.once("config and file checks before any model is built")
+@pytest.mark.parametrize("change, message", [
+    (dict(config={"activation_function": "tanh"}), "`activation_function`='tanh' cannot be represented"),
+    (dict(config={"share_encoder_decoder_embeddings": False}), "`share_encoder_decoder_embeddings`=False"),
+    (dict(config={"decoder_start_token_id": 0}), "`decoder_start_token_id`=0 differs from `pad_token_id`"),
+    (dict(config={"encoder_ffn_dim": 96}), "`encoder_ffn_dim`=96 differs from `decoder_ffn_dim`=128"),
+    (dict(config={"encoder_layers": 3}), "`encoder_layers`=3, but model.safetensors holds 2 layers"),
+    (dict(drop="target.spm"), "lacks ['target.spm']"),
+    (dict(vocabulary=lambda v: {k: i for k, i in v.items() if k != "<pad>"}), "lacks the special tokens ['<pad>']"),
+    (dict(vocabulary=lambda v: {**v, "extra": len(v)}), "holds ids up to"),
+])
+def test_bad_checkpoints_are_named(checkpoint, tmp_path, change, message):
+    folder = _copy(checkpoint[0], tmp_path / "bad", **change)
+    with pytest.raises(ValueError) as err:
+        from_pretrained(folder)
+    assert message in str(err.value)
+
+
+@pytest.mark.once("refused before any backend code runs")
+def test_export_is_refused_before_a_version_is_written(translator, tmp_path):
+    from kformer import export
+
+    with pytest.raises(ValueError, match="tokenizes in Python .* it cannot be exported for TF Serving"):
+        export.export_for_serving(translator, tmp_path / "served")
+    assert not (tmp_path / "served").exists() or not any((tmp_path / "served").iterdir())  # no version
