@@ -9,7 +9,8 @@ agree by construction (tests/models/test_pretrained_marian.py checks it on the b
 sentences and edge cases). The `sentencepiece` package is needed (`pip install sentencepiece`).
 
 Tokenization runs in Python, not in TensorFlow ops: in `tf.data` it is a `tf.numpy_function`, and
-an exported translator takes source token ids (`tokenizes_in_core_tensorflow = False`).
+an exported translator takes source token ids (`tokenizes_in_core_tensorflow = False`); its
+translations are detokenized in the graph (`MarianPreprocessor.detokenize_tensor`).
 """
 
 import json
@@ -239,6 +240,19 @@ class MarianPreprocessor(Preprocessor):
                 row = row[:row.index(self.end_token_id)]
             texts.append(self.tokenizer.decode(row))
         return texts
+
+    def detokenize_tensor(self, token_ids, sources=None):
+        """`detokenize` in core TensorFlow ops (the served graph): ids `(batch, length)` -> tf.string `[batch]`.
+
+        Each row up to its first `</s>`, special tokens dropped, pieces joined, `▁` read as a space, the ends
+        stripped: what SentencePiece's decoding does with these pieces (tests compare the two).
+        """
+        pieces = tf.constant(["" if token is None or i in self.tokenizer.special_ids else token
+                              for i, token in enumerate(self.tokenizer.vocabulary)])
+        ids = tf.cast(token_ids, tf.int32)
+        before_end = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, self.end_token_id), tf.int32), axis=1), 0)
+        text = tf.strings.reduce_join(tf.where(before_end, tf.gather(pieces, ids), ""), axis=1)
+        return tf.strings.strip(tf.strings.regex_replace(text, "\u2581", " "))
 
     def save_assets(self, dir_path):
         folder = pathlib.Path(dir_path)

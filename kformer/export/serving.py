@@ -152,10 +152,18 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
                          f"({', '.join(sorted(SIGNATURES))}). Received: {type(task).__name__}")
     preprocessor = default_preprocessor(task)
     task.validate_preprocessor(preprocessor)
-    if task_type == "translation" and not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
-        raise ValueError(f"This translator's {type(preprocessor).__name__} tokenizes in Python (SentencePiece), "
-                         "which a SavedModel cannot hold, and kformer has no token-id serving signatures for "
-                         "translators yet: it cannot be exported for TF Serving. No version was written.")
+    defaults = getattr(preprocessor, "decoding_defaults", None) if task_type == "translation" else None
+    if defaults:  # a checkpoint's generation config (Marian): its length and beams, not the from-scratch guards
+        max_length = defaults.get("max_length") if max_length is None else max_length
+        num_beams = defaults.get("num_beams", num_beams) if num_beams == 4 else num_beams
+        if no_repeat_ngram_size is None:
+            no_repeat_ngram_size = defaults.get("no_repeat_ngram_size")
+        if max_word_pieces == TRANSLATE_MAX_WORD_PIECES:
+            max_word_pieces = defaults.get("max_word_pieces", max_word_pieces)
+    if xla and task_type == "translation" and not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
+        raise ValueError(f"`xla=True` (the translate_xla signature) takes text, but this task's "
+                         f"{type(preprocessor).__name__} tokenizes outside TensorFlow: its SavedModel takes token "
+                         "ids, without an XLA signature yet. Received: xla=True")
     options = {"model_name": model_name or task.name}
     if task_type in ("text_classification", "image_classification"):
         names = class_names if class_names is not None else task.class_names

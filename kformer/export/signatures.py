@@ -54,19 +54,24 @@ def classify_text(task, preprocessor, options):
     return classify
 
 
+def _translation_loop(task, preprocessor, options, strategy, jit_compile=False):
+    """The export's decoding loop of a translator: source ids `(batch, width)` -> generated ids."""
+    from kformer.models.generate import decode_function
+
+    return decode_function(task, strategy=strategy, max_length=options["max_length"],
+                           num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
+                           end_token_id=preprocessor.end_token_id,
+                           no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
+                           max_length_ratio=options.get("max_length_ratio"),
+                           max_length_offset=options.get("max_length_offset", 10),
+                           max_word_pieces=options.get("max_word_pieces"),
+                           slot_token_id=preprocessor.number_slot_id, xla=jit_compile)
+
+
 def translate(strategy, jit_compile=False):
     """Text `(batch,)` -> `translation`; with `jit_compile`, the decoding loop is one XLA-compiled function."""
     def make(task, preprocessor, options):
-        from kformer.models.generate import decode_function
-
-        decode = decode_function(task, strategy=strategy, max_length=options["max_length"],
-                                 num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
-                                 end_token_id=preprocessor.end_token_id,
-                                 no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
-                                 max_length_ratio=options.get("max_length_ratio"),
-                                 max_length_offset=options.get("max_length_offset", 10),
-                                 max_word_pieces=options.get("max_word_pieces"),
-                                 slot_token_id=preprocessor.number_slot_id, xla=jit_compile)
+        decode = _translation_loop(task, preprocessor, options, strategy, jit_compile)
         if jit_compile:  # tokenization (strings) stays outside: XLA compiles the int loop only
             decode = tf.function(decode, jit_compile=True, autograph=False,
                                  input_signature=[tf.TensorSpec([None, None], tf.int32)])
@@ -80,6 +85,28 @@ def translate(strategy, jit_compile=False):
                 ids = decode(trim_width(source))
             return {"translation": preprocessor.detokenize_tensor(ids, text)}  # numbers from the source
         return translate_text
+    return make
+
+
+def translate_from_ids(strategy):
+    """`source_ids` int32 `(batch, length)` -> `translation`, `translation_ids`: for a translator whose
+    tokenizer runs outside TensorFlow (a Marian checkpoint's SentencePiece).
+
+    Each row is a source's token ids right-padded with the model's padding
+    id, as transformers' `MarianTokenizer(texts, padding=True)` or
+    `preprocessor.encode(texts)` gives them. A row with no token, a token
+    after padding or an id outside the vocabulary is INVALID_ARGUMENT naming
+    the row. The translations are detokenized in the graph (core ops).
+    """
+    def make(task, preprocessor, options):
+        decode = _translation_loop(task, preprocessor, options, strategy)
+        vocabulary_size, padding = task.encoder_embedding.vocabulary_size, task.padding_id
+
+        def translate_ids(source_ids):
+            with tf.control_dependencies([_check_token_ids(source_ids, vocabulary_size, padding, "source_ids")]):
+                ids = decode(trim_width(tf.identity(source_ids), padding))
+            return {"translation": preprocessor.detokenize_tensor(ids), "translation_ids": ids}
+        return translate_ids
     return make
 
 
@@ -144,6 +171,19 @@ def generate_from_ids(strategy):
                     "text": preprocessor.detokenize_tensor(tokens), "completion_ids": generated, "token_ids": tokens}
         return complete
     return make
+
+
+def _check_token_ids(ids, vocabulary_size, padding, name):
+    """An assert op: each row of `ids` holds at least one token, no token after its padding, ids in the vocabulary."""
+    real = tf.not_equal(ids, padding)
+    bad = (tf.reduce_any(tf.logical_not(real[:, :-1]) & real[:, 1:], axis=1)  # a token after padding
+           | tf.logical_not(tf.reduce_any(real, axis=1))  # empty
+           | tf.reduce_any((ids < 0) | (ids >= vocabulary_size), axis=1))
+    row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    message = tf.strings.format(
+        "`%s`[{}] = {} is not a token sequence: expected ids in [0, %d) followed only by the padding id %d, at "
+        "least one token." % (name, vocabulary_size, padding), (row, tf.gather(ids, row)), summarize=16)
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message])
 
 
 def _check_prompt_ids(prompt_ids, vocabulary_size):
@@ -324,6 +364,9 @@ TEXT_WARMUP = lambda: {"text": np.array([t.encode() for t in WARMUP_TEXTS], dtyp
 PROMPT_WARMUP = lambda: {"prompt": np.array([b"The movie was", b""], dtype=object)}  # noqa: E731
 IDS_OUTPUTS = ("completion", "text", "completion_ids", "token_ids")
 IDS_WARMUP = lambda: {"prompt_ids": np.array([[1, 2, 3], [4, 0, 0]], np.int32)}  # noqa: E731
+SOURCE_IDS = {"source_ids": (tf.int32, [None, None])}
+# Marian's `<unk>` (1) and `</s>` (0), in every such vocabulary; one row, no padding (its id is the model's)
+SOURCE_IDS_WARMUP = lambda: {"source_ids": np.array([[1, 1, 0]], np.int32)}  # noqa: E731
 # XLA compiles the loop per batch size (`batch_bucket`): one sentence and two, compiled at load.
 XLA_TEXT_WARMUP = lambda: [{"text": np.array([WARMUP_TEXTS[0].encode()], dtype=object)}, TEXT_WARMUP()]  # noqa: E731
 SIGNATURES = {
@@ -334,6 +377,11 @@ SIGNATURES = {
         Signature("translate_beam", TEXT, ("translation",), translate("beam"), TEXT_WARMUP),
         Signature("translate_xla", TEXT, ("translation",), translate("greedy", jit_compile=True), XLA_TEXT_WARMUP,
                   option="xla")),
+    "translation_ids": (  # a tokenizer outside TensorFlow (Marian's SentencePiece): source token ids in
+        Signature("serving_default", SOURCE_IDS, ("translation", "translation_ids"), translate_from_ids("greedy"),
+                  SOURCE_IDS_WARMUP),
+        Signature("translate_beam", SOURCE_IDS, ("translation", "translation_ids"), translate_from_ids("beam"),
+                  SOURCE_IDS_WARMUP)),
     "text_generation": (
         Signature("serving_default", {"prompt": (tf.string, [None])}, ("completion", "text"),
                   generate_text("greedy"), PROMPT_WARMUP),
@@ -385,17 +433,19 @@ def signatures_of(task_type, options=None):
 def signature_set(task_type, preprocessor):
     """The key of `SIGNATURES` a task with this preprocessor is served with.
 
-    `task_type`, except for text generation with a tokenizer that needs ops a
-    stock TF Serving lacks (`preprocessor.tokenizes_in_core_tensorflow` false,
-    GPT-2's BPE): `"text_generation_ids"`, token ids in, text and ids out.
+    `task_type`, except for a tokenizer that needs ops a stock TF Serving
+    lacks or runs outside TensorFlow (`preprocessor.tokenizes_in_core_tensorflow`
+    false): `"text_generation_ids"` (GPT-2's BPE) and `"translation_ids"`
+    (Marian's SentencePiece), token ids in, text and ids out.
 
     Example:
 
     >>> signature_set("translation", None)
     'translation'
     """
-    if task_type == "text_generation" and not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
-        return "text_generation_ids"
+    if task_type in ("text_generation", "translation") and \
+            not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
+        return task_type + "_ids"
     return task_type
 
 

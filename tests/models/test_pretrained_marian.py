@@ -1,6 +1,6 @@
 """Marian (OPUS-MT) checkpoints in the Hugging Face layout: logits and greedy translations equal
-transformers', the SentencePiece preprocessor gives `MarianTokenizer`'s ids and texts, bad checkpoints
-are refused by name. The checkpoint is a tiny random `MarianMTModel` (two layers a side, width 64,
+transformers', the SentencePiece preprocessor gives `MarianTokenizer`'s ids and texts, the export serves
+source ids, bad checkpoints are refused by name. The checkpoint is a tiny random `MarianMTModel` (two layers a side, width 64,
 a non-zero `final_logits_bias`) with SentencePiece models trained here on bundled Tatoeba text."""
 
 import io
@@ -34,9 +34,11 @@ def _spm(texts, size):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """(folder, reference MarianMTModel in eval mode, transformers' MarianTokenizer, test sources)."""
+    """(folder, reference MarianMTModel in eval mode, transformers' MarianTokenizer, 2,000 (source, target) pairs
+    the SentencePiece models were not trained on)."""
     folder = tmp_path_factory.mktemp("marian")
-    sources, targets = translation.load_split("train", max_examples=2000)
+    pairs = translation.load_split("train", max_examples=4000)
+    sources, targets = pairs[0][:2000], pairs[1][:2000]
     (folder / "source.spm").write_bytes(_spm(sources, PIECES))
     (folder / "target.spm").write_bytes(_spm(targets, PIECES))
     pieces = {}
@@ -65,8 +67,7 @@ def checkpoint(tmp_path_factory):
     tokenizer = transformers.MarianTokenizer(source_spm=str(folder / "source.spm"),
                                              target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json"))
     tokenizer.save_pretrained(folder)
-    test_sources = translation.load_split("test")[0]
-    return folder, reference, tokenizer, test_sources
+    return folder, reference, tokenizer, (pairs[0][2000:], pairs[1][2000:])
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def test_config_and_teacher_forced_logits_match(checkpoint, translator):
 
 def test_greedy_translations_equal_generate(checkpoint, translator):
     """30 bundled test sentences, one batch: ids and texts equal transformers' greedy `generate`."""
-    _, reference, tokenizer, test_sources = checkpoint
+    _, reference, tokenizer, (test_sources, _) = checkpoint
     sources = test_sources[:30]
     batch = tokenizer(sources, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -118,8 +119,8 @@ def test_greedy_translations_equal_generate(checkpoint, translator):
 
 @pytest.mark.once("SentencePiece and vocab.json lookups in Python, no Keras")
 def test_preprocessor_gives_marian_tokenizer_ids_and_texts(checkpoint, translator):
-    _, _, tokenizer, test_sources = checkpoint
-    texts = list(test_sources[:2000]) + EDGE
+    _, _, tokenizer, (test_sources, _) = checkpoint
+    texts = list(test_sources) + EDGE
     mine = translator.preprocessor.tokenizer
     agree = sum(mine.encode(text) == tokenizer(text)["input_ids"] for text in texts)
     assert agree == len(texts), [t for t in texts if mine.encode(t) != tokenizer(t)["input_ids"]][:5]
@@ -128,6 +129,7 @@ def test_preprocessor_gives_marian_tokenizer_ids_and_texts(checkpoint, translato
     print(f"MarianTokenizer agreement: {agree} of {len(texts)} texts ({len(texts) - 2000} edge cases)")
 
 
+@pytest.mark.once("the defaults read from generation_config.json; decoding is checked on every backend above")
 def test_translate_uses_the_checkpoints_generation_defaults(checkpoint, translator):
     preprocessor = translator.preprocessor
     assert preprocessor.decoding_defaults == {"strategy": "beam", "num_beams": 4, "max_length": 63,
@@ -139,7 +141,7 @@ def test_keras_file_round_trip(checkpoint, translator, tmp_path):
     path = tmp_path / "marian.keras"
     translator.save(path)
     loaded = models.load(path)
-    sources = checkpoint[3][:4]
+    sources = checkpoint[3][0][:4]
     assert loaded.translate(sources, strategy="greedy", max_length=8) == \
         translator.translate(sources, strategy="greedy", max_length=8)
     assert loaded.preprocessor.decoding_defaults == translator.preprocessor.decoding_defaults
@@ -176,10 +178,52 @@ def test_bad_checkpoints_are_named(checkpoint, tmp_path, change, message):
     assert message in str(err.value)
 
 
-@pytest.mark.once("refused before any backend code runs")
-def test_export_is_refused_before_a_version_is_written(translator, tmp_path):
+@pytest.mark.only_backend("tensorflow")  # the SavedModel is written by TensorFlow on every backend
+def test_exported_translator_serves_source_ids_and_passes_check_serving(checkpoint, translator, tmp_path):
+    """SentencePiece runs in Python, so the SavedModel takes `source_ids` (the client tokenizes, as
+    `MarianTokenizer(texts, padding=True)` does) and detokenizes in core ops. Greedy and beam answers equal
+    in-process `translate`; bad ids are INVALID_ARGUMENT naming the row; `check-serving` passes."""
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
     from kformer import export
 
-    with pytest.raises(ValueError, match="tokenizes in Python .* it cannot be exported for TF Serving"):
-        export.export_for_serving(translator, tmp_path / "served")
-    assert not (tmp_path / "served").exists() or not any((tmp_path / "served").iterdir())  # no version
+    _, _, tokenizer, (test_sources, _) = checkpoint
+    path = export.export_for_serving(translator, tmp_path / "marian", max_length=8)
+    loaded = tf.saved_model.load(str(path))
+    assert sorted(loaded.signatures) == ["serving_default", "translate_beam"]
+    sources = list(test_sources[:6])
+    ids = tf.constant(tokenizer(sources, padding=True)["input_ids"], tf.int32)
+    for name, options in (("serving_default", dict(strategy="greedy")), ("translate_beam", {})):
+        served = loaded.signatures[name](source_ids=ids)
+        assert [t.decode("utf-8") for t in served["translation"].numpy()] == \
+            translator.translate(sources, max_length=8, **options), name
+        assert [t.decode("utf-8") for t in served["translation"].numpy()] == \
+            translator.preprocessor.detokenize(served["translation_ids"].numpy())
+    pad = translator.padding_id
+    for bad in ([[5, pad, 7]], [[pad, pad]], [[pad + 1]]):  # a token after padding, empty, outside the vocabulary
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"`source_ids`\[0\] = .* is not a token sequence"):
+            loaded.signatures["serving_default"](source_ids=tf.constant(bad, tf.int32))
+    with pytest.raises(ValueError, match="`xla=True`"):
+        export.export_for_serving(translator, tmp_path / "xla", xla=True)
+    check = subprocess.run([sys.executable, "-m", "kformer.cli", "check-serving", str(path)],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "serving_default: ok" in check.stdout, check.stdout + check.stderr[-2000:]
+
+
+@pytest.mark.once("TensorFlow string ops against SentencePiece in Python")
+def test_detokenizing_in_the_graph_equals_sentencepiece(checkpoint, translator):
+    """The served graph's detokenization against `MarianTokenizer.decode`, on 2,000 Spanish sentences
+    tokenized as targets and on random ids (any piece in any order, specials included)."""
+    _, _, tokenizer, (_, targets) = checkpoint
+    rows = [tokenizer(text_target=text)["input_ids"] for text in targets]
+    rows += np.random.default_rng(0).integers(0, translator.padding_id + 1, (200, 12)).tolist()
+    width = max(map(len, rows))
+    ids = np.array([row + [translator.padding_id] * (width - len(row)) for row in rows], "int32")
+    graph = [t.decode("utf-8") for t in translator.preprocessor.detokenize_tensor(ids).numpy()]
+    expected = [tokenizer.decode(row[:row.index(0)] if 0 in row else row, skip_special_tokens=True) for row in rows]
+    agree = sum(a == b for a, b in zip(graph, expected))
+    print(f"in-graph detokenization agrees with MarianTokenizer on {agree} of {len(rows)} rows")
+    assert agree == len(rows), [(a, b) for a, b in zip(graph, expected) if a != b][:3]
