@@ -147,6 +147,31 @@ def test_keras_file_round_trip(checkpoint, translator, tmp_path):
     assert loaded.preprocessor.decoding_defaults == translator.preprocessor.decoding_defaults
 
 
+def test_save_pretrained_opens_in_transformers_with_the_same_logits(checkpoint, translator, tmp_path):
+    folder, reference, tokenizer, (sources, _) = checkpoint
+    saved = translator.save_pretrained(tmp_path / "saved")
+    reopened = transformers.MarianMTModel.from_pretrained(saved).eval()
+    pad = reference.config.pad_token_id
+    source = np.asarray(tokenizer(list(sources[:3]), padding=True)["input_ids"], "int32")
+    target = np.array([[pad, 5, 9, 0], [pad, 7, 0, 3], [pad, 2, 4, 6]], "int32")
+    np.testing.assert_allclose(_reference_logits(reopened, source, target, pad),
+                               _reference_logits(reference, source, target, pad), atol=1e-5)
+    again = transformers.MarianTokenizer.from_pretrained(saved)
+    assert again(list(sources[:50]))["input_ids"] == tokenizer(list(sources[:50]))["input_ids"]
+    assert from_pretrained(saved).preprocessor.decoding_defaults == translator.preprocessor.decoding_defaults
+
+
+@pytest.mark.once("refused before any weight is read")
+def test_save_pretrained_refuses_a_translator_marian_cannot_represent(tmp_path):
+    model = models.translator(preset="transformer_tiny", vocabulary_size=50)
+    with pytest.raises(ValueError, match="`sinusoid_layout`='interleaved' cannot be saved"):
+        model.save_pretrained(tmp_path / "out")
+    model = models.translator(preset="transformer_tiny", vocabulary_size=50, sinusoid_layout="halves")
+    with pytest.raises(ValueError, match="`padding_id`=0 cannot be saved .* starts its decoder from its padding id"):
+        model.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def _copy(folder, to, config=None, drop=None, vocabulary=None):
     shutil.copytree(folder, to)
     if config:

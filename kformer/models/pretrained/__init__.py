@@ -74,8 +74,8 @@ def save(task, folder, overwrite=False):
 
     `config.json`, `model.safetensors` and the tokenizer (or image processor) files of the
     family: BERT (`BertBackbone`, `BertPretrainer`, `BertTextClassifier`), GPT-2 (`CausalLM`; GPT-Neo
-    when it has no query, key and value biases, `use_qkv_bias=False`) or
-    ViT (`ViTImageClassifier`). The folder is written atomically (a temporary sibling folder, then
+    when it has no query, key and value biases, `use_qkv_bias=False`), ViT (`ViTImageClassifier`) or
+    Marian (a `Translator` loaded from one, or built with its options). The folder is written atomically (a temporary sibling folder, then
     a rename). A model the family cannot represent exactly is a ValueError naming the attribute,
     raised before anything is written.
 
@@ -94,6 +94,7 @@ def save(task, folder, overwrite=False):
     """
     from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier
     from kformer.models.gpt import CausalLM
+    from kformer.models.translator import Translator
     from kformer.models.vit import ViTImageClassifier
 
     if isinstance(task, (BertBackbone, BertPretrainer, BertTextClassifier)):
@@ -104,9 +105,12 @@ def save(task, folder, overwrite=False):
         from kformer.models.pretrained import gpt2 as family
     elif isinstance(task, ViTImageClassifier):
         from kformer.models.pretrained import vit as family
+    elif isinstance(task, Translator):
+        from kformer.models.pretrained import marian as family
     else:
         raise ValueError(f"{type(task).__name__} has no Hugging Face family kformer writes (supported: BertBackbone, "
-                         "BertPretrainer, BertTextClassifier, CausalLM, ViTImageClassifier); nothing was written.")
+                         "BertPretrainer, BertTextClassifier, CausalLM, Translator (Marian), ViTImageClassifier); "
+                         "nothing was written.")
     if not isinstance(overwrite, bool):
         raise ValueError(f"`overwrite` must be a bool. Received: overwrite={overwrite!r}")
     return family.save(task, folder, overwrite=overwrite)

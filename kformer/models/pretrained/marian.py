@@ -21,6 +21,7 @@ writes `</s>` as the last token of a translation cut at `max_length`) is not app
 search scores finished translations with GNMT's length penalty, not transformers' `length ** alpha`.
 """
 
+import json
 import pathlib
 
 import numpy as np
@@ -103,8 +104,9 @@ def table(model, embedding_name="model.shared.weight"):
     """The `Entry` table of a Marian `Translator`: `MarianMTModel` tensor names."""
     e, inner, vocab = model.hidden_dim, model.intermediate_dim, model.decoder_embedding.vocabulary_size
     embedding = model.encoder_embedding
-    entries = [Entry(embedding_name, embedding.token_embedding.embeddings, (vocab, e)),
-               Entry("final_logits_bias", embedding.logits_bias, (1, vocab))]
+    entries = [Entry(embedding_name, embedding.token_embedding.embeddings, (vocab, e))]
+    if embedding.logits_bias is not None:
+        entries.append(Entry("final_logits_bias", embedding.logits_bias, (1, vocab)))
     for side, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
         for i, block in enumerate(blocks):
             b = f"model.{side}.layers.{i}."
@@ -248,3 +250,75 @@ def _default_preprocessor(folder, config, args, sequence_length, target_language
     return MarianPreprocessor(tokenizer, sequence_length=sequence_length, target_language=target_language,
                               decoding_defaults=defaults)
 
+
+
+def save(task, folder, overwrite=False):
+    """Write a Marian `Translator` as a Hugging Face folder (`MarianMTModel`) that transformers opens.
+
+    `config.json`, `model.safetensors` (one token table, `model.shared.weight`, and
+    `final_logits_bias`), `generation_config.json` and, with a `MarianPreprocessor`, `source.spm`,
+    `target.spm`, `vocab.json` and `tokenizer_config.json`. What Marian cannot represent (interleaved
+    or learned positions, pre-norm blocks, separate or untied tables, id 0 as padding: Marian starts
+    its decoder from `<pad>` and never masks target padding) is a ValueError naming the attribute,
+    raised before anything is written.
+
+    Args:
+        task: the `Translator`.
+        folder: the folder to write (atomically).
+        overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+
+    Returns:
+        `pathlib.Path(folder)`.
+    """
+    from kformer.models.pretrained.common import refuse, to_hf, write_folder, write_json
+
+    required = (("position", "sinusoidal", "Marian adds fixed sinusoids"),
+                ("sinusoid_layout", "halves", "Marian lays its sinusoids out as [sin | cos] halves"),
+                ("normalize_first", False, "Marian's blocks normalize after each residual (post-norm)"),
+                ("tie_output_embedding", True, "Marian's output projection is its token table"))
+    for attribute, value, reason in required:
+        if getattr(task, attribute) != value:
+            raise refuse(task, attribute, getattr(task, attribute), reason)
+    if task.vocabulary_size is None:
+        raise refuse(task, "vocabulary_size", None, "Marian checkpoints kformer writes share one table for the "
+                                                    "encoder, the decoder and the output")
+    if task.padding_id == 0:
+        raise refuse(task, "padding_id", 0, "Marian starts its decoder from its padding id and never masks target "
+                                           "padding; a translator trained here pads with id 0 and starts from [START]")
+    names = {kformer: hf for hf, kformer in ACTIVATIONS.items() if hf != "swish"}
+    if not isinstance(task.activation, str) or task.activation not in names:
+        raise refuse(task, "activation", task.activation, f"Marian computes one of {sorted(names)}")
+    preprocessor = task.preprocessor
+    if preprocessor is not None and type(preprocessor).__name__ != "MarianPreprocessor":
+        raise refuse(task, "preprocessor", type(preprocessor).__name__, "transformers' MarianTokenizer is "
+                     "kformer.data.marian.MarianPreprocessor's; set the preprocessor to None to save the weights alone")
+    tensors = to_hf(table(task))
+    if not task.output_bias:  # a translator without the bias: Marian's zeros
+        tensors["final_logits_bias"] = np.zeros((1, task.vocabulary_size), np.float32)
+    end = 0 if preprocessor is None else preprocessor.end_token_id
+    config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": task.vocabulary_size,
+              "decoder_vocab_size": task.vocabulary_size, "d_model": task.hidden_dim,
+              "encoder_layers": task.num_encoder_layers, "decoder_layers": task.num_decoder_layers,
+              "encoder_attention_heads": task.num_heads, "decoder_attention_heads": task.num_heads,
+              "encoder_ffn_dim": task.intermediate_dim, "decoder_ffn_dim": task.intermediate_dim,
+              "max_position_embeddings": task.sequence_length, "activation_function": names[task.activation],
+              "scale_embedding": True, "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
+              "pad_token_id": task.padding_id, "decoder_start_token_id": task.padding_id, "eos_token_id": end,
+              "forced_eos_token_id": None, "dropout": float(task.dropout), "attention_dropout": 0.0,
+              "activation_dropout": 0.0, "is_encoder_decoder": True, "dtype": "float32"}
+    defaults = {} if preprocessor is None else preprocessor.decoding_defaults
+    generation = {"bad_words_ids": [[task.padding_id]], "decoder_start_token_id": task.padding_id,
+                  "eos_token_id": end, "pad_token_id": task.padding_id,
+                  "num_beams": defaults.get("num_beams", 1) if defaults.get("strategy") == "beam" else 1,
+                  "max_length": defaults.get("max_length", task.sequence_length - 1) + 1}
+    files = {"config.json": write_json(config), "generation_config.json": write_json(generation),
+             "model.safetensors": tensors}
+    if preprocessor is not None:
+        tokenizer = preprocessor.tokenizer
+        files.update({"source.spm": tokenizer.source_model, "target.spm": tokenizer.target_model,
+                      "vocab.json": json.dumps(tokenizer.token_ids, ensure_ascii=False).encode("utf-8"),
+                      "tokenizer_config.json": write_json({
+                          "tokenizer_class": "MarianTokenizer", "model_max_length": preprocessor.sequence_length,
+                          "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+                          "separate_vocabs": False})})
+    return write_folder(folder, files, overwrite)
