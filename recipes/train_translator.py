@@ -6,6 +6,7 @@
     python -m recipes.train_translator --epochs 1 --max-examples 256  # quick smoke run
     python -m recipes.train_translator --data-dir DATA --split-by source --num-beams 1   # greedy
     python -m recipes.train_translator --shared-vocabulary --average-last 5   # paper 3.4 and 6.1
+    python -m recipes.train_translator --from-pretrained hf://Helsinki-NLP/opus-mt-en-es   # fine-tune Marian
 
 The paper's recipe: warmup then inverse-square-root learning rate (peak
 `--learning-rate` after `--warmup-steps`), label smoothing 0.1, Adam(0.9,
@@ -42,7 +43,12 @@ translations: `long_word_rate`, the share whose longest word has more than 3x
 the letters of the source's longest (invented sub-word chains), and
 `digit_copy_rate`, the share of those with digits in the source that carry
 every digit string unchanged (`all_digit_copy_rate`: test and OOD sets).
-Writes `<output-dir>/<preset>_<dataset>/<version>/`: the TF Serving SavedModel
+`--from-pretrained SOURCE` fine-tunes a Marian (OPUS-MT) checkpoint instead (a Hugging Face folder
+or an `hf://` handle; `models.from_pretrained`): its SentencePiece vocabulary and sizes, the same
+schedule peaking at 5e-5 unless `--learning-rate`, the same scores; its SavedModel takes
+`source_ids` (the client tokenizes: docs/pretrained.md). The checkpoint must translate from the
+`--dataset`'s source language (English for spa-eng, German for multi30k) to its target.
+Writes `<output-dir>/<preset>_<dataset>/<version>/` (`<checkpoint name>_<dataset>` when fine-tuning): the TF Serving SavedModel
 (`text` in, `translation` out; greedy by default, `translate_beam`; both
 with the no-repeat rule; `--serving-xla` adds `translate_xla`),
 `model.keras` (the `Translator` with both vocabularies:
@@ -70,7 +76,7 @@ LIMITS = ["Short, everyday sentences (Tatoeba / Multi30k); long or technical tex
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="translator", preset="transformer_small", epochs=10,
-                           batch_size=64, learning_rate=1e-3)
+                           batch_size=64, learning_rate=1e-3, pretrained=("Marian (OPUS-MT)", 5e-5))
     p.add_argument("--dataset", choices=translation.DATASETS, default="spa-eng")
     p.add_argument("--vocabulary-size", type=common.VOCABULARY_SIZE, default=None,
                    help="per language (default 8000), or in all with --shared-vocabulary (default 16000)")
@@ -115,6 +121,15 @@ def parse_args(argv=None):
                    help="spa-eng: split the pairs, or the distinct English sentences (full file only)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
     args = common.parse_args(p, argv)
+    if args.from_pretrained is not None:
+        shaping = [flag for flag, given in (("--vocabulary-size", args.vocabulary_size is not None),
+                                            ("--shared-vocabulary", args.shared_vocabulary),
+                                            ("--no-copy-numbers", not args.copy_numbers)) if given]
+        if shaping:
+            p.error(f"{', '.join(shaping)} shape a --preset's vocabulary, not --from-pretrained's (the checkpoint's "
+                    "SentencePiece vocabulary)")
+        if args.serving_xla:
+            p.error("--serving-xla takes text; a --from-pretrained translator's SavedModel takes source_ids")
     if args.vocabulary_size is None:
         args.vocabulary_size = 16000 if args.shared_vocabulary else 8000
     if args.ood_max_words is None:
@@ -149,6 +164,33 @@ def attention_example(sources, words=8):
     return min(range(min(len(sources), 200)), key=lambda i: (abs(len(sources[i].split()) - words), sources[i]))
 
 
+def scratch_preprocessor(args, name, work_dir, sources, targets):
+    """A `TranslatorPreprocessor` with WordPiece vocabularies learned from the training pairs (or read back)."""
+    if args.shared_vocabulary:  # one tokenizer object: TranslatorPreprocessor and the builder share its table
+        source_tokenizer = target_tokenizer = common.learn_or_load_tokenizer(
+            args, name, work_dir / "shared_vocabulary.txt", sources + targets)
+    else:
+        source_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "source_vocabulary.txt", sources)
+        target_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "target_vocabulary.txt", targets)
+    return TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length,
+                                  copy_numbers=args.copy_numbers)
+
+
+def pretrained_marian(args):
+    """`--from-pretrained`: the checkpoint as a `Translator` with its `MarianPreprocessor` at
+    `--sequence-length`, and the run's config."""
+    model, checkpoint = common.load_pretrained(args.from_pretrained, sequence_length=args.sequence_length)
+    if checkpoint.get("model_type") != "marian" or getattr(model, "preprocessor", None) is None:
+        common.fail(f"--from-pretrained {args.from_pretrained} is a {checkpoint.get('model_type')!r} checkpoint"
+                    f"{'' if checkpoint.get('model_type') != 'marian' else ' without its tokenizer files'}; this "
+                    "recipe fine-tunes Marian (OPUS-MT) translators with their SentencePiece models")
+    config = {"from_pretrained": args.from_pretrained, "model_type": "marian", "dataset": args.dataset,
+              **{k: checkpoint.get(k) for k in ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                                                "encoder_attention_heads", "encoder_ffn_dim")},
+              "sequence_length": args.sequence_length}
+    return model, config
+
+
 @common.entry_point
 def main(argv=None):
     args = parse_args(argv)
@@ -166,34 +208,38 @@ def main(argv=None):
     sources, targets = (side[:args.max_examples] for side in held["train"])
     scored = min(args.max_ood_examples, args.max_test_examples or args.max_examples or args.max_ood_examples)
     ood = {k: tuple(side[:scored] for side in held[k]) for k in translation.OOD_SPLITS if held[k][0]}
-    name = f"{args.preset}_{args.dataset}"
+    pretrained = args.from_pretrained is not None
+    name = f"{common.pretrained_name(args.from_pretrained) if pretrained else args.preset}_{args.dataset}"
     work_dir = common.training_dir(args, name)
-    if args.shared_vocabulary:  # one tokenizer object: TranslatorPreprocessor and the builder share its table
-        source_tokenizer = target_tokenizer = common.learn_or_load_tokenizer(
-            args, name, work_dir / "shared_vocabulary.txt", sources + targets)
+    if pretrained:
+        with scope:
+            model, config = pretrained_marian(args)
+        preprocessor = model.preprocessor
     else:
-        source_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "source_vocabulary.txt", sources)
-        target_tokenizer = common.learn_or_load_tokenizer(args, name, work_dir / "target_vocabulary.txt", targets)
-    preprocessor = TranslatorPreprocessor(source_tokenizer, target_tokenizer, args.sequence_length,
-                                          copy_numbers=args.copy_numbers)
+        preprocessor = scratch_preprocessor(args, name, work_dir, sources, targets)
     train_ds = preprocessor.dataset(sources, targets, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     val_ds = preprocessor.dataset(*val, batch_size=args.batch_size)
-
-    overrides = ({"vocabulary_size": source_tokenizer.vocabulary_size} if args.shared_vocabulary else
-                 {"encoder_vocabulary_size": source_tokenizer.vocabulary_size,
-                  "decoder_vocabulary_size": target_tokenizer.vocabulary_size})
-    overrides["sequence_length"] = max(args.sequence_length, models.get_preset(args.preset)["sequence_length"])
     steps = args.epochs * int(train_ds.cardinality())
     warmup = args.warmup_steps or max(1, min(4000, steps // 10))
-    config = {"preset": args.preset, **models.get_preset(args.preset), **overrides,
-              "dataset": args.dataset, "warmup_steps": warmup, "copy_numbers": args.copy_numbers}
+    if not pretrained:
+        source_tokenizer, target_tokenizer = preprocessor.source_tokenizer, preprocessor.target_tokenizer
+        overrides = ({"vocabulary_size": source_tokenizer.vocabulary_size} if args.shared_vocabulary else
+                     {"encoder_vocabulary_size": source_tokenizer.vocabulary_size,
+                      "decoder_vocabulary_size": target_tokenizer.vocabulary_size})
+        overrides["sequence_length"] = max(args.sequence_length, models.get_preset(args.preset)["sequence_length"])
+        config = {"preset": args.preset, **models.get_preset(args.preset), **overrides, "dataset": args.dataset,
+                  "copy_numbers": args.copy_numbers}
+    config["warmup_steps"] = warmup
     with scope:
-        model = models.build(args.preset, preprocessor=preprocessor, **overrides)
+        if not pretrained:
+            model = models.build(args.preset, preprocessor=preprocessor, **overrides)
         hidden = model.hidden_dim
         scale = args.learning_rate / (hidden ** -0.5 * warmup ** -0.5)  # peak = --learning-rate
         optimizer = keras.optimizers.Adam(models.TransformerSchedule(hidden, warmup, scale),
                                           beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-        model.compile(optimizer, models.LabelSmoothedCrossEntropy(0.1), jit_compile=args.jit_compile)
+        # padding never counts: id 0 for a translator trained here, `<pad>` for a Marian checkpoint
+        model.compile(optimizer, models.LabelSmoothedCrossEntropy(0.1, ignore_id=model.padding_id),
+                      jit_compile=args.jit_compile)
     start = time.time()
     average = [common.AverageLastEpochs(args.average_last, args.epochs, work_dir / "average_last.npz")
                ] if args.average_last else []
@@ -239,6 +285,7 @@ def main(argv=None):
         "bleu_signature": str(bleu.format(signature=True)).split(" = ")[0] + " (lowercase)",
         "test_examples": len(test_sources), "train_examples": len(sources), "epochs": args.epochs,
         "num_beams": args.num_beams, "train_seconds": round(train_seconds, 1),
+        **({"learning_rate": args.learning_rate, "from_pretrained": args.from_pretrained} if pretrained else {}),
         "translate_seconds": round(time.time() - start, 1), "backend": keras.backend.backend(),
         "samples": [{"source": s, "reference": r, "translation": h}
                     for s, r, h in list(zip(test_sources, test_targets, hypotheses))[:8]],

@@ -129,11 +129,14 @@ class MarianPreprocessor(Preprocessor):
     """Source (+ target) texts -> a Marian `Translator`'s inputs; generated ids -> texts.
 
     `call(sources)` gives `{"encoder_token_ids"}`; `call(sources, targets)`
-    gives `({"encoder_token_ids", "decoder_token_ids"}, labels, sample_weight)`:
-    int32 `(batch, sequence_length)` padded with `<pad>`, decoder inputs
-    `<pad> + target` (Marian starts its decoder from the padding id), labels
-    `target + </s>`, weights 0 on padding. `translate` reads `start_token_id`,
-    `end_token_id` and the checkpoint's `decoding_defaults`.
+    gives `({"encoder_token_ids", "decoder_token_ids"}, labels)`: int32
+    `(batch, sequence_length)` padded with `<pad>`, sources and labels
+    `pieces + </s>` (cut to `sequence_length` with `</s>` kept last, as
+    transformers truncates), decoder inputs `<pad> + labels[:-1]` (Marian
+    starts its decoder from the padding id). The model has no Keras mask on
+    its logits, so train with a loss that skips the padding label:
+    `LabelSmoothedCrossEntropy(ignore_id=model.padding_id)`. `translate`
+    reads `start_token_id`, `end_token_id` and the checkpoint's `decoding_defaults`.
 
     Args:
         tokenizer: `MarianTokenizer`.
@@ -192,9 +195,10 @@ class MarianPreprocessor(Preprocessor):
         out = np.full((len(texts), self.sequence_length), self.tokenizer.padding_id, "int32")
         for row, text in enumerate(texts):
             ids = self.tokenizer.encode(prefix + text, side)
+            if len(ids) > self.sequence_length:  # cut, `</s>` kept last
+                ids = ids[:self.sequence_length - 1] + [self.tokenizer.end_id]
             if start is not None:
                 ids = [start] + ids[:-1]  # shifted right: the decoder input of `target + </s>`
-            ids = ids[:self.sequence_length]
             out[row, :len(ids)] = ids
         return out
 
@@ -226,10 +230,7 @@ class MarianPreprocessor(Preprocessor):
         decoder, labels = tf.numpy_function(targets, [y], (tf.int32, tf.int32), stateful=False)
         inputs["decoder_token_ids"] = tf.ensure_shape(decoder, [None, self.sequence_length])
         labels = tf.ensure_shape(labels, [None, self.sequence_length])
-        weights = tf.cast(labels != self.tokenizer.padding_id, "float32")
-        if sample_weight is not None:
-            weights = weights * tf.cast(tf.reshape(sample_weight, [-1, 1]), "float32")
-        return inputs, labels, weights
+        return keras.utils.pack_x_y_sample_weight(inputs, labels, sample_weight)
 
     def detokenize(self, token_ids, sources=None):
         """Generated ids `(batch, length)` -> list of str, each row read up to its first `</s>`."""

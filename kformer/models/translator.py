@@ -155,6 +155,13 @@ class Translator(GenerativeTask):
         self.sinusoid_layout, self.output_bias = sinusoid_layout, output_bias
         self._set_preprocessor(preprocessor)
 
+    @classmethod
+    def from_config(cls, config):
+        preprocessor = config.get("preprocessor")
+        if isinstance(preprocessor, dict) and "MarianPreprocessor" in str(preprocessor.get("registered_name")):
+            import kformer.data.marian  # noqa: F401  (registers Marian's preprocessor; data/ only when asked)
+        return super().from_config(config)
+
     def transformer_blocks(self):
         return self, list(self.encoder_blocks), list(self.decoder_blocks)
 

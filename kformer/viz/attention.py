@@ -117,7 +117,7 @@ def _side(model, source, given, masks, length, index):
     mask = next((m for m in masks if m is not None), None)
     if ids is not None:
         ids = to_numpy(ids)[index]
-        keep = ids != 0
+        keep = ids != getattr(model, "padding_id", 0)
     elif mask is not None:
         keep = to_numpy(mask)[index].astype(bool)
     if given is not None:

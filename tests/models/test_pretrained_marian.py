@@ -1,9 +1,8 @@
 """Marian (OPUS-MT) checkpoints in the Hugging Face layout: logits and greedy translations equal
 transformers', the SentencePiece preprocessor gives `MarianTokenizer`'s ids and texts, the export serves
-source ids, bad checkpoints are refused by name. The checkpoint is a tiny random `MarianMTModel` (two layers a side, width 64,
-a non-zero `final_logits_bias`) with SentencePiece models trained here on bundled Tatoeba text."""
+source ids, `save_pretrained` writes the layout back, bad checkpoints are refused by name. The checkpoint
+is tests/marian_checkpoint.py's tiny random `MarianMTModel`."""
 
-import io
 import json
 import shutil
 
@@ -16,20 +15,12 @@ transformers = pytest.importorskip("transformers")
 sentencepiece = pytest.importorskip("sentencepiece")
 
 from kformer import models  # noqa: E402
-from kformer.data import translation  # noqa: E402
 from kformer.models.pretrained import from_pretrained  # noqa: E402
+from tests.marian_checkpoint import make_marian_checkpoint  # noqa: E402
 
-PIECES = 300  # each side's SentencePiece vocabulary
 EDGE = ["", "café naïve résumé àéîõü", "The 3 dogs ate 1,234.5 kg at 12:30.", "emoji 😀👍🏽 ok", "中文 日本語 한국어",
         "x" * 500, "  leading and trailing  ", "multiple   spaces", "new\nline\ttab", "ÅNGSTRÖM ß",
         "a </s> inside", "<unk> and <pad>", "¿Qué? ¡Sí!", "don't DON'T it's"]
-
-
-def _spm(texts, size):
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=size,
-                                             character_coverage=1.0, model_type="unigram", minloglevel=2)
-    return model.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -37,37 +28,7 @@ def checkpoint(tmp_path_factory):
     """(folder, reference MarianMTModel in eval mode, transformers' MarianTokenizer, 2,000 (source, target) pairs
     the SentencePiece models were not trained on)."""
     folder = tmp_path_factory.mktemp("marian")
-    pairs = translation.load_split("train", max_examples=4000)
-    sources, targets = pairs[0][:2000], pairs[1][:2000]
-    (folder / "source.spm").write_bytes(_spm(sources, PIECES))
-    (folder / "target.spm").write_bytes(_spm(targets, PIECES))
-    pieces = {}
-    for name in ("source.spm", "target.spm"):
-        processor = sentencepiece.SentencePieceProcessor(model_proto=(folder / name).read_bytes())
-        for i in range(processor.get_piece_size()):
-            if not processor.is_control(i) and not processor.is_unknown(i):
-                pieces.setdefault(processor.id_to_piece(i), None)
-    vocabulary = {"</s>": 0, "<unk>": 1, **{piece: i + 2 for i, piece in enumerate(pieces)}}
-    vocabulary["<pad>"] = len(vocabulary)  # last, as in OPUS-MT
-    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False), encoding="utf-8")
-    size, pad = len(vocabulary), len(vocabulary) - 1
-    torch.manual_seed(0)
-    config = transformers.MarianConfig(
-        vocab_size=size, decoder_vocab_size=size, d_model=64, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
-        max_position_embeddings=64, activation_function="swish", scale_embedding=True, pad_token_id=pad,
-        eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None, share_encoder_decoder_embeddings=True)
-    reference = transformers.MarianMTModel(config).eval()
-    with torch.no_grad():
-        reference.final_logits_bias.normal_(0.0, 1.0)
-    reference.generation_config.bad_words_ids = [[pad]]
-    reference.generation_config.num_beams = 4
-    reference.generation_config.max_length = 64
-    reference.save_pretrained(folder, safe_serialization=True)
-    tokenizer = transformers.MarianTokenizer(source_spm=str(folder / "source.spm"),
-                                             target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json"))
-    tokenizer.save_pretrained(folder)
-    return folder, reference, tokenizer, (pairs[0][2000:], pairs[1][2000:])
+    return (folder, *make_marian_checkpoint(folder))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
-"""`--from-pretrained` in train_imdb (BERT) and train_vit (ViT): tiny random checkpoints written by
-`transformers`' `save_pretrained`, fine-tuned end to end, saved, carded and (BERT) served."""
+"""`--from-pretrained` in train_imdb (BERT), train_vit (ViT) and train_translator (Marian): tiny random
+checkpoints written by `transformers`' `save_pretrained`, fine-tuned end to end, saved, carded and (BERT,
+Marian) served."""
 
+import csv
 import json
 import pathlib
 import subprocess
@@ -14,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from kformer import models  # noqa: E402
-from recipes import common, lock, train_imdb, train_vit  # noqa: E402
+from recipes import common, lock, train_imdb, train_translator, train_vit  # noqa: E402
 
 TEXTS = ["A wonderful, moving film.", "Dull, DULL and far too long!", "Café scenes, <br />great actors."]
 RUN = ["--epochs=1", "--max-examples=64", "--batch-size=16", "--no-plots", "--verbose=2"]
@@ -153,3 +155,32 @@ def test_readme_pretrained_lines_run(bert_checkpoint, tmp_path, monkeypatch):
     served = tf.saved_model.load(str(tmp_path / "serving" / "imdb_bert" / "1")).signatures["serving_default"]
     np.testing.assert_allclose(served(text=tf.constant(TEXTS))["probabilities"].numpy(),
                                bert.predict(TEXTS, verbose=0), atol=1e-5)
+
+
+@pytest.mark.only_backend("torch")  # a tiny recipe process costs least here; the export goes through TensorFlow
+def test_translator_fine_tunes_marian_and_serves_source_ids(tmp_path):
+    """A Marian checkpoint fine-tuned on the bundled Tatoeba pairs: the loss falls, BLEU and the
+    out-of-distribution columns are scored, the version reloads and its SavedModel serves source ids."""
+    import tensorflow as tf
+
+    from tests.marian_checkpoint import make_marian_checkpoint
+
+    folder = tmp_path / "tiny-marian"
+    folder.mkdir()
+    make_marian_checkpoint(folder)
+    run_dir = train_translator.main(["--epochs=2", "--max-examples=64", "--batch-size=16", "--verbose=2",
+                                     "--sequence-length=16", "--max-ood-examples=8", "--num-beams=1",
+                                     f"--from-pretrained={folder}", f"--output-dir={tmp_path / 'out'}"])
+    assert run_dir == tmp_path / "out" / "tiny-marian_spa-eng" / "1"
+    metrics, config = _card_and_metrics(run_dir, folder)
+    assert metrics["learning_rate"] == 5e-5 and config["model_type"] == "marian"
+    assert 0.0 <= metrics["test_bleu"] <= 100.0 and "ood_length_bleu" in metrics
+    with (run_dir / "training_log.csv").open(newline="") as f:
+        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+    assert len(losses) == 2 and losses[1] < losses[0], losses
+    model = models.load(run_dir)
+    assert model.padding_id == model.preprocessor.start_token_id and isinstance(model.translate("Hi."), str)
+    served = tf.saved_model.load(str(run_dir)).signatures
+    ids = model.preprocessor.encode(["How are you?"])["encoder_token_ids"]
+    answer = served["serving_default"](source_ids=tf.constant(ids[:, :8]))
+    assert answer["translation"].shape == (1,) and answer["translation_ids"].shape[0] == 1
