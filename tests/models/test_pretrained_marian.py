@@ -4,6 +4,7 @@ source ids, `save_pretrained` writes the layout back, bad checkpoints are refuse
 is tests/marian_checkpoint.py's tiny random `MarianMTModel`."""
 
 import json
+import pathlib
 import shutil
 
 import keras
@@ -20,7 +21,7 @@ from tests.marian_checkpoint import make_marian_checkpoint  # noqa: E402
 
 EDGE = ["", "café naïve résumé àéîõü", "The 3 dogs ate 1,234.5 kg at 12:30.", "emoji 😀👍🏽 ok", "中文 日本語 한국어",
         "x" * 500, "  leading and trailing  ", "multiple   spaces", "new\nline\ttab", "ÅNGSTRÖM ß",
-        "a </s> inside", "<unk> and <pad>", "¿Qué? ¡Sí!", "don't DON'T it's"]
+        "a </s> inside", "<unk> and <pad>", "¿Qué? ¡Sí!", "don't DON'T it's", ">>spa<< How are you?", ">>x<<"]
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +147,29 @@ def _copy(folder, to, config=None, drop=None, vocabulary=None):
     return to
 
 
+@pytest.mark.once("the weights file's reading; the same arrays reach every backend")
+def test_a_pytorch_model_bin_loads_the_same_weights_and_a_pickle_is_not_run(checkpoint, translator, tmp_path):
+    """Many OPUS-MT checkpoints ship `pytorch_model.bin` alone: read with `torch.load(weights_only=True)`,
+    so a file that would run code when unpickled is refused, naming it, and runs nothing."""
+    import pickle
+
+    folder, reference = checkpoint[0], checkpoint[1]
+    binary = _copy(folder, tmp_path / "bin", drop="model.safetensors")
+    torch.save(reference.state_dict(), binary / "pytorch_model.bin")
+    loaded = from_pretrained(binary)
+    for mine, theirs in zip(loaded.weights, translator.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(mine), keras.ops.convert_to_numpy(theirs))
+
+    class Payload:
+        def __reduce__(self):
+            return (pathlib.Path.touch, (tmp_path / "ran",))
+
+    (binary / "pytorch_model.bin").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(ValueError, match=r"pytorch_model.bin could not be read as tensors \(weights_only=True\)"):
+        from_pretrained(binary)
+    assert not (tmp_path / "ran").exists()
+
+
 @pytest.mark.once("config and file checks before any model is built")
 @pytest.mark.parametrize("change, message", [
     (dict(config={"activation_function": "tanh"}), "`activation_function`='tanh' cannot be represented"),
@@ -156,11 +180,13 @@ def _copy(folder, to, config=None, drop=None, vocabulary=None):
     (dict(drop="target.spm"), "lacks ['target.spm']"),
     (dict(vocabulary=lambda v: {k: i for k, i in v.items() if k != "<pad>"}), "lacks the special tokens ['<pad>']"),
     (dict(vocabulary=lambda v: {**v, "extra": len(v)}), "holds ids up to"),
+    (dict(options={"target_language": ">>spa<<"}), "`target_language` must be one of the checkpoint's codes []"),
 ])
 def test_bad_checkpoints_are_named(checkpoint, tmp_path, change, message):
+    options = change.pop("options", {})
     folder = _copy(checkpoint[0], tmp_path / "bad", **change)
     with pytest.raises(ValueError) as err:
-        from_pretrained(folder)
+        from_pretrained(folder, **options)
     assert message in str(err.value)
 
 
