@@ -1,0 +1,34 @@
+"""benchmarks/marian_decode.py at its smallest setting: one row per backend, batch and strategy, with both
+sides' seconds and their ratio; bad flags named."""
+
+import csv
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("torch")
+
+from benchmarks import marian_decode  # noqa: E402
+
+
+@pytest.mark.once("the benchmark runs each backend in a subprocess of its own")
+def test_smallest_run_writes_a_row_with_both_sides_and_their_ratio(tmp_path, capsys):
+    results = tmp_path / "marian_decode.csv"
+    marian_decode.main(["--backends", "torch", "--size", "tiny", "--batch-sizes", "1", "--strategies", "greedy,beam",
+                        "--new-tokens", "2", "--repeats", "1", "--results", str(results)])
+    with results.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["backend"], r["batch"], r["strategy"]) for r in rows] == [("torch", "1", "greedy"), ("torch", "1", "beam")]
+    for row in rows:
+        ours, theirs = float(row["kformer_seconds"]), float(row["transformers_seconds"])
+        assert ours > 0 and theirs > 0 and float(row["ratio"]) == pytest.approx(theirs / ours, rel=0.05, abs=0.01)
+        assert row["commit"] and row["machine"] and row["command"]
+    assert "torch      batch  1 greedy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [(["--new-tokens", "0"], "--new-tokens must be >= 1, got 0"),
+                                           (["--size", "huge"], "invalid choice: 'huge'")])
+def test_bad_flags_are_named(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        marian_decode.parse_args(argv)
+    assert message in capsys.readouterr().err
