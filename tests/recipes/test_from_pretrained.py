@@ -169,7 +169,8 @@ def test_translator_fine_tunes_marian_and_serves_source_ids(tmp_path):
     folder.mkdir()
     make_marian_checkpoint(folder)
     run_dir = train_translator.main(["--epochs=2", "--max-examples=64", "--batch-size=16", "--verbose=2",
-                                     "--sequence-length=16", "--max-ood-examples=8", "--num-beams=1",
+                                     "--sequence-length=16", "--max-ood-examples=8", "--max-test-examples=16",
+                                     "--num-beams=1",
                                      f"--from-pretrained={folder}", f"--output-dir={tmp_path / 'out'}"])
     assert run_dir == tmp_path / "out" / "tiny-marian_spa-eng" / "1"
     metrics, config = _card_and_metrics(run_dir, folder)
