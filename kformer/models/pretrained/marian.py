@@ -129,20 +129,9 @@ def read_checkpoint_weights(folder):
     if (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file() \
             or not binary.is_file():
         return read_weights(folder)
-    try:
-        import torch
-    except ImportError:
-        raise ValueError(f"{folder} holds pytorch_model.bin and no model.safetensors; reading it needs torch "
-                         "(pip install torch), or convert it to safetensors.") from None
-    try:
-        state = torch.load(binary, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 (torch raises many kinds for a damaged or hostile file)
-        raise ValueError(f"{binary} could not be read as tensors (weights_only=True): {type(err).__name__}: "
-                         f"{str(err)[:300]}") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{binary} must hold a dict of tensor name -> tensor.")
-    return {name: tensor.detach().float().numpy() if tensor.is_floating_point() else tensor.numpy()
-            for name, tensor in state.items()}
+    from kformer.data.torch_weights import read_pytorch_bin  # torch is a backend: data/, not models/
+
+    return read_pytorch_bin(binary)
 
 
 def _embedding_name(weights):
