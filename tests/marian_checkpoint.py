@@ -53,7 +53,7 @@ def make_marian_checkpoint(folder):
         reference.final_logits_bias.normal_(0.0, 1.0)
     reference.generation_config.bad_words_ids = [[pad]]
     reference.generation_config.num_beams = 4
-    reference.generation_config.max_length = 64
+    reference.generation_config.max_length = 16  # short translations by default: quick tests
     reference.save_pretrained(folder, safe_serialization=True)
     tokenizer = transformers.MarianTokenizer(source_spm=str(folder / "source.spm"),
                                              target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json"))

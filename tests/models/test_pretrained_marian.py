@@ -94,7 +94,7 @@ def test_preprocessor_gives_marian_tokenizer_ids_and_texts(checkpoint, translato
 @pytest.mark.once("the defaults read from generation_config.json; decoding is checked on every backend above")
 def test_translate_uses_the_checkpoints_generation_defaults(checkpoint, translator):
     preprocessor = translator.preprocessor
-    assert preprocessor.decoding_defaults == {"strategy": "beam", "num_beams": 4, "max_length": 63,
+    assert preprocessor.decoding_defaults == {"strategy": "beam", "num_beams": 4, "max_length": 15,
                                               "max_word_pieces": None, "no_repeat_ngram_size": 0}
     assert isinstance(translator.translate("How are you?", max_length=4), str)
 
@@ -191,10 +191,13 @@ def test_bad_checkpoints_are_named(checkpoint, tmp_path, change, message):
 
 
 @pytest.mark.only_backend("tensorflow")  # the SavedModel is written by TensorFlow on every backend
-def test_exported_translator_serves_source_ids_and_passes_check_serving(checkpoint, translator, tmp_path):
-    """SentencePiece runs in Python, so the SavedModel takes `source_ids` (the client tokenizes, as
-    `MarianTokenizer(texts, padding=True)` does) and detokenizes in core ops. Greedy and beam answers equal
-    in-process `translate`; bad ids are INVALID_ARGUMENT naming the row; `check-serving` passes."""
+def test_readme_lines_export_a_translator_that_serves_source_ids_and_passes_check_serving(checkpoint, tmp_path,
+                                                                                          monkeypatch):
+    """The README's "Pretrained translator" lines, as written, on the tiny checkpoint. SentencePiece runs in
+    Python, so the SavedModel takes `source_ids` (the client tokenizes, as `MarianTokenizer(texts,
+    padding=True)` does) and detokenizes in core ops. Greedy and beam answers equal in-process `translate`
+    (the checkpoint's defaults); bad ids are INVALID_ARGUMENT naming the row; `check-serving` passes."""
+    import re
     import subprocess
     import sys
 
@@ -202,8 +205,17 @@ def test_exported_translator_serves_source_ids_and_passes_check_serving(checkpoi
 
     from kformer import export
 
-    _, _, tokenizer, (test_sources, _) = checkpoint
-    path = export.export_for_serving(translator, tmp_path / "marian", max_length=8)
+    folder, _, tokenizer, (test_sources, _) = checkpoint
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", readme[readme.index("### Pretrained translator"):], re.S).group(1)
+    assert len(code.strip().splitlines()) == 5 and "hf://Helsinki-NLP/opus-mt-en-es" in code
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(code.replace("hf://Helsinki-NLP/opus-mt-en-es", str(folder)), namespace)  # noqa: S102
+    translator = namespace["translator"]
+    assert transformers.MarianMTModel.from_pretrained(tmp_path / "opus-mt-en-es-copy").config.vocab_size == \
+        translator.decoder_embedding.vocabulary_size
+    path = tmp_path / "serving" / "opus_mt_en_es" / "1"
     loaded = tf.saved_model.load(str(path))
     assert sorted(loaded.signatures) == ["serving_default", "translate_beam"]
     sources = list(test_sources[:6])
@@ -211,7 +223,7 @@ def test_exported_translator_serves_source_ids_and_passes_check_serving(checkpoi
     for name, options in (("serving_default", dict(strategy="greedy")), ("translate_beam", {})):
         served = loaded.signatures[name](source_ids=ids)
         assert [t.decode("utf-8") for t in served["translation"].numpy()] == \
-            translator.translate(sources, max_length=8, **options), name
+            translator.translate(sources, **options), name
         assert [t.decode("utf-8") for t in served["translation"].numpy()] == \
             translator.preprocessor.detokenize(served["translation_ids"].numpy())
     pad = translator.padding_id
