@@ -173,13 +173,18 @@ def generate_from_ids(strategy):
     return make
 
 
-def _check_token_ids(ids, vocabulary_size, padding, name):
-    """An assert op: each row of `ids` holds at least one token, no token after its padding, ids in the vocabulary."""
+def _bad_rows(ids, vocabulary_size, padding):
+    """(bool `(batch,)`: rows with no token, a token after padding or an id outside the vocabulary, the first such row)."""
     real = tf.not_equal(ids, padding)
     bad = (tf.reduce_any(tf.logical_not(real[:, :-1]) & real[:, 1:], axis=1)  # a token after padding
            | tf.logical_not(tf.reduce_any(real, axis=1))  # empty
            | tf.reduce_any((ids < 0) | (ids >= vocabulary_size), axis=1))
-    row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    return bad, tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+
+
+def _check_token_ids(ids, vocabulary_size, padding, name):
+    """An assert op: each row of `ids` holds at least one token, no token after its padding, ids in the vocabulary."""
+    bad, row = _bad_rows(ids, vocabulary_size, padding)
     message = tf.strings.format(
         "`%s`[{}] = {} is not a token sequence: expected ids in [0, %d) followed only by the padding id %d, at "
         "least one token." % (name, vocabulary_size, padding), (row, tf.gather(ids, row)), summarize=16)
@@ -187,12 +192,8 @@ def _check_token_ids(ids, vocabulary_size, padding, name):
 
 
 def _check_prompt_ids(prompt_ids, vocabulary_size):
-    """An assert op: each row holds at least one token, no token after its padding, ids in the vocabulary."""
-    real = tf.not_equal(prompt_ids, 0)
-    bad = (tf.reduce_any(tf.logical_not(real[:, :-1]) & real[:, 1:], axis=1)  # a token after padding
-           | tf.logical_not(tf.reduce_any(real, axis=1))  # empty
-           | tf.reduce_any((prompt_ids < 0) | (prompt_ids >= vocabulary_size), axis=1))
-    row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    """`_check_token_ids` for GPT-2's prompts (padding id 0), with a message that says id 0 is GPT-2's `!`."""
+    bad, row = _bad_rows(prompt_ids, vocabulary_size, 0)
     message = tf.strings.format(
         "`prompt_ids`[{}] = {} is not a prompt: expected token ids in [1, %d) followed only by 0 (padding), at "
         "least one token. Token id 0 is padding in kformer (GPT-2's `!`)." % vocabulary_size,
