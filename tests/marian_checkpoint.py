@@ -1,6 +1,7 @@
 """A tiny random Marian (OPUS-MT) checkpoint in the Hugging Face layout, built offline for the tests.
 
-Two layers a side, width 64, a non-zero `final_logits_bias`, SentencePiece models trained on the first
+Two layers a side, width 64, weights drawn 10x wider than transformers' default, a non-zero
+`final_logits_bias` (`</s>`'s raised so translations end at many lengths), SentencePiece models trained on the first
 2,000 bundled Tatoeba training pairs (300 pieces a side) and a joint `vocab.json` with `</s>` = 0 and
 `<pad>` last, as OPUS-MT checkpoints have them.
 """
@@ -47,11 +48,15 @@ def make_marian_checkpoint(folder):
         vocab_size=size, decoder_vocab_size=size, d_model=64, encoder_layers=2, decoder_layers=2,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
         max_position_embeddings=64, activation_function="swish", scale_embedding=True, pad_token_id=pad,
-        eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None, share_encoder_decoder_embeddings=True)
+        eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+        init_std=0.2)  # weights 10x transformers' default: translations that depend on the source
     reference = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
         reference.final_logits_bias.normal_(0.0, 1.0)
+        reference.final_logits_bias[0, 0] = 3.0  # `</s>`: translations of 1 to 15 tokens, so beam search's
+        # length penalty and its finished translations decide (measured on the 30 test sentences)
     reference.generation_config.bad_words_ids = [[pad]]
+    reference.generation_config.forced_eos_token_id = 0  # as OPUS-MT's: `</s>` ends a translation cut at max_length
     reference.generation_config.num_beams = 4
     reference.generation_config.max_length = 16  # short translations by default: quick tests
     reference.save_pretrained(folder, safe_serialization=True)

@@ -190,6 +190,9 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
         num_beams=num_beams, top_p=top_p, temperature=temperature, no_repeat_ngram_size=no_repeat_ngram_size,
         xla=xla, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset,
         max_word_pieces=max_word_pieces))
+    for name in ("length_penalty", "end_at_max_length"):  # a checkpoint's, as `translate` decodes
+        if defaults and name in defaults:
+            options[name] = defaults[name]
     options["signatures"] = signature_set(task_type, preprocessor)
     if task_type == "fill_mask":
         options["top_k"] = check_top_k(top_k, preprocessor.tokenizer.vocabulary_size)  # as `fill_mask`

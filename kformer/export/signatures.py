@@ -59,7 +59,9 @@ def _translation_loop(task, preprocessor, options, strategy, jit_compile=False):
     from kformer.models.generate import decode_function
 
     return decode_function(task, strategy=strategy, max_length=options["max_length"],
-                           num_beams=options["num_beams"], start_token_id=preprocessor.start_token_id,
+                           num_beams=options["num_beams"], length_penalty=options.get("length_penalty", 0.6),
+                           end_at_max_length=options.get("end_at_max_length", False),
+                           start_token_id=preprocessor.start_token_id,
                            end_token_id=preprocessor.end_token_id,
                            no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
                            max_length_ratio=options.get("max_length_ratio"),

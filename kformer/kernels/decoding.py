@@ -58,7 +58,6 @@ class PlainDecoder:
     def __init__(self, task, context, length):
         self.embedding, self.blocks, self.norm, projection = task.decoder_parts()
         self.vocabulary_size = self.embedding.vocabulary_size
-        self.padding_id = task.padding_id
         self.weights = [_block_weights(block) for block in self.blocks]
         self.cross = context.get("cross_attention_cache")
         self.cross_mask = _source_mask(context.get("source_mask"))
@@ -100,8 +99,7 @@ class PlainDecoder:
             updated.append(block_cache)
         if self.norm is not None:
             x = self.norm.call(x)
-        logits = ops.cast(linear(x[:, 0], *self.output), "float32")
-        return ops.where(ops.arange(self.vocabulary_size) == self.padding_id, -1e9, logits), tuple(updated)
+        return ops.cast(linear(x[:, 0], *self.output), "float32"), tuple(updated)
 
     def _block(self, block, weights, x, cache, index, cross_cache):
         """`TransformerDecoderBlock.call` for one cached token: `(x, cache)`."""

@@ -43,7 +43,7 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
                            position_limit=None, padding_id=0, max_length, start_token_id=None, end_token_id=None,
                            strategy="greedy", num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0,
                            seed=None, use_cache=True, no_repeat_ngram_size=0, max_length_ratio=None,
-                           max_length_offset=10, max_word_pieces=None, slot_token_id=None):
+                           max_length_offset=10, max_word_pieces=None, slot_token_id=None, end_at_max_length=False):
     """Validate every decoding argument (naming it) -> the decoding loop's config dict.
 
     Args:
@@ -63,11 +63,12 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, seed, use_cache,
             no_repeat_ngram_size, max_length_ratio, max_length_offset,
-            max_word_pieces, slot_token_id: as in `kformer.models.generate.generate`.
+            max_word_pieces, slot_token_id, end_at_max_length: as in
+            `kformer.models.generate.generate`.
 
     Returns:
         dict of plain Python values: the options the loop reads (`seed`
-        included), those the strategy ignores set to None (one compiled loop
+        and `padding_id` included), those the strategy ignores set to None (one compiled loop
         per setting that matters); `max_word_pieces` None when off (None or 0).
 
     Example:
@@ -97,6 +98,14 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
             raise ValueError(f"`slot_token_id` must be None or an int in [1, {both}). "
                              f"Received: slot_token_id={slot_token_id!r}")
     c["slot_token_id"] = slot_token_id
+    c["padding_id"] = padding_id
+    if not isinstance(end_at_max_length, (bool, np.bool_)):
+        raise ValueError("`end_at_max_length` must be True or False. Received: "
+                         f"end_at_max_length={end_at_max_length!r}")
+    if end_at_max_length and end_token_id is None:
+        raise ValueError("`end_at_max_length=True` writes `end_token_id` last, so it needs one. Received: "
+                         "end_token_id=None")
+    c["end_at_max_length"] = bool(end_at_max_length)
     ids = np.asarray(token_ids)
     if c["strategy"] not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={c['strategy']!r}")

@@ -174,13 +174,21 @@ def _slots_required(inputs, c):
 
 
 def _ban(logits, tokens, t, c, required=None):
-    """The logits at position `t` after this call's bans (`no_repeat_ngram_size`, `max_word_pieces`, slots)."""
+    """The logits (or log-probabilities) at position `t` after this call's bans: the padding id, never generated
+    (transformers' `bad_words_ids` of a Marian checkpoint), then `no_repeat_ngram_size`, `max_word_pieces`,
+    slots, and `end_at_max_length` (only `end_token_id` at the last position, scored 0)."""
+    ids = ops.arange(ops.shape(logits)[-1])[None, :]
+    logits = ops.where(ids == c["padding_id"], NEG_INF, logits)
     if c["no_repeat_ngram_size"]:
         logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
     if c.get("max_word_pieces"):
         logits = ban_long_words(logits, tokens, t, c["max_word_pieces"], c["word_kinds"])
     if required is not None:
         logits = ban_slots(logits, tokens, required, c["slot_token_id"], c["end_token_id"])
+    if c["end_at_max_length"]:
+        at_last = t + 1 >= ops.shape(tokens)[1]
+        logits = ops.where(ops.logical_and(at_last, ids != c["end_token_id"]), NEG_INF,
+                           ops.where(at_last, 0.0, logits))
     return logits
 
 
@@ -273,7 +281,7 @@ def _decode_loop(task, inputs, noise, c):
     def body(t, tokens, caches, logits, done):
         t = _known(t)
         logits = _ban(logits, tokens, t, c, required)
-        if c["strategy"] == "greedy":
+        if c["strategy"] in ("greedy", "beam"):  # one beam: greedy, as transformers' `num_beams=1`
             word = ops.cast(ops.argmax(logits, axis=-1), "int32")
         else:
             word = ops.cast(sample(filter_logits(logits, c["strategy"], c["k"], c["p"], c["temperature"]),
@@ -294,52 +302,82 @@ def _decode_loop(task, inputs, noise, c):
 
 
 def _beam_loop(task, inputs, c):
-    """Beam search, GNMT length penalty ((5 + len) / 6)^alpha over generated tokens."""
+    """Beam search as transformers' (`generate(num_beams=...)`, its default `early_stopping=False`).
+
+    Each step takes the `2 * beams` best continuations of a row's running
+    beams (log-softmax first, then the bans). A continuation that ends (its
+    `end_token_id`, or the last position) and ranks among the first `beams`
+    joins the row's finished translations, scored `log p / length **
+    length_penalty` (`length`: generated tokens, the end included); the best
+    `beams` that did not end run on. A row stops once its finished
+    translations are `beams` and the best running beam, scored at its
+    current length, would not beat the worst of them. Returns each row's
+    best finished translation.
+    """
     beams, vocab = c["num_beams"], task.decoding_limits()["vocabulary_size"]
+    keep = 2 * beams  # continuations a step: `beams` run on even when `beams` of them end
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
-    flat = batch * beams
-    limits = _row_limits(task, inputs, c)
-    limits = None if limits is None else ops.repeat(limits, beams, axis=0)  # a row's beams share its limit
+    prompt_length = ops.sum(ops.cast(prompt, "int32"), axis=1)  # a row's forced positions
+    last = length - 1 if (limits := _row_limits(task, inputs, c)) is None else ops.minimum(limits, length - 1)
     required = _slots_required(inputs, c)
     required = None if required is None else ops.repeat(required, beams, axis=0)
     tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
     caches = tuple(ops.repeat(cache, beams, axis=0) for cache in caches)
     step.repeat(beams)
-    # Only beam 0 is alive at first, so the first free step does not pick duplicates.
-    scores = ops.concatenate([ops.zeros((batch, 1)), ops.full((batch, beams - 1), NEG_INF)], axis=1)
-    pad_only = ops.where(ops.arange(vocab)[None, :] == 0, 0.0, NEG_INF)  # finished beams
+    # Only beam 0 is alive at first, so the first step does not pick the same continuation `beams` times.
+    running = ops.concatenate([ops.zeros((batch, 1)), ops.full((batch, beams - 1), NEG_INF)], axis=1)
+    first_beams = ops.arange(keep)[None, :] < beams
 
-    def cond(t, tokens, caches, logits, scores, done, lengths):
-        return ops.logical_and(t < length, ops.logical_not(ops.all(done)))
+    def gather(x, index):  # rows of `x` by `index` (batch, n): flat row numbers
+        return ops.take(x, ops.reshape(index, (-1,)), axis=0)
 
-    def body(t, tokens, caches, logits, scores, done, lengths):
+    def cond(t, tokens, caches, logits, running, finished, finished_scores, filled, open_rows):
+        return ops.logical_and(t < length, ops.any(open_rows))
+
+    def body(t, tokens, caches, logits, running, finished, finished_scores, filled, open_rows):
         t = _known(t)
-        logits = _ban(logits, tokens, t, c, required)
         forced = _column(prompt, t)
+        log_probs = _ban(ops.log_softmax(logits, axis=-1), tokens, t, c, required)
         prompt_token = ops.where(ops.arange(vocab)[None, :] == _column(tokens, t)[:, None], 0.0, NEG_INF)
-        log_probs = ops.where(forced[:, None], prompt_token, ops.log_softmax(logits, axis=-1))
-        log_probs = ops.where(done[:, None], pad_only, log_probs)
-        candidates = ops.reshape(ops.reshape(scores, (flat, 1)) + log_probs, (batch, beams * vocab))
-        scores, best = ops.top_k(candidates, beams)  # (batch, beams)
-        origin = ops.reshape(ops.arange(batch)[:, None] * beams + best // vocab, (flat,))
-        word = ops.cast(ops.reshape(best % vocab, (flat,)), "int32")
-        tokens, done, lengths = (ops.take(x, origin, axis=0) for x in (tokens, done, lengths))
-        caches = tuple(ops.take(cache, origin, axis=0) for cache in caches)
-        tokens = write_slice(tokens, [0, t], word[:, None])
-        lengths = ops.where(ops.logical_or(done, forced), lengths, lengths + 1)
-        done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
-        if limits is not None:
-            done = ops.logical_or(done, t >= limits)
-        logits, caches = _next_logits(step, t, word, tokens, caches, logits, c)
-        return t + 1, tokens, caches, logits, scores, done, lengths
+        log_probs = ops.where(forced[:, None], prompt_token, log_probs)
+        candidates = ops.reshape(ops.reshape(running, (-1, 1)) + log_probs, (batch, beams * vocab))
+        scores, best = ops.top_k(candidates, keep)  # (batch, keep), best first
+        origin = ops.arange(batch)[:, None] * beams + best // vocab  # the beam each continues
+        word = ops.cast(best % vocab, "int32")
+        grown = write_slice(gather(tokens, origin), [0, t], ops.reshape(word, (-1, 1)))  # (batch * keep, length)
+        in_prompt = ops.reshape(forced, (batch, beams))[:, :1]  # a row's beams share its prompt
+        ended = ops.logical_and(ops.logical_not(in_prompt), ops.logical_or(
+            word == c["end_token_id"], ops.reshape(t >= last, (-1, 1))))
+        # The beams that run on: the best `beams` continuations that did not end.
+        running, pick = ops.top_k(scores + ops.cast(ended, "float32") * NEG_INF, beams)
+        picked = ops.arange(batch)[:, None] * keep + pick
+        tokens = gather(grown, picked)
+        caches = tuple(gather(cache, ops.take(ops.reshape(origin, (-1,)), ops.reshape(picked, (-1,))))
+                       for cache in caches)
+        # The finished translations: the best `beams` of those kept and those that ended now among the first `beams`.
+        generated = ops.cast(ops.maximum(t + 1 - prompt_length, 1), "float32")[:, None]  # (batch, 1)
+        penalty = ops.power(generated, c["length_penalty"])
+        new = ops.logical_and(ended, first_beams)
+        now = (scores / penalty + ops.cast(ops.logical_not(open_rows), "float32")[:, None] * NEG_INF
+               + ops.cast(ops.logical_not(new), "float32") * NEG_INF)
+        finished_scores, pick = ops.top_k(ops.concatenate([finished_scores, now], axis=1), beams)
+        merged = ops.concatenate([ops.reshape(finished, (batch, beams, length)),
+                                  ops.reshape(grown, (batch, keep, length))], axis=1)
+        finished = gather(ops.reshape(merged, (batch * (beams + keep), length)),
+                          ops.arange(batch)[:, None] * (beams + keep) + pick)
+        filled = ops.take_along_axis(ops.concatenate([filled, new], axis=1), pick, axis=1)
+        # A row stays open while a running beam at its current length would beat its worst finished one.
+        worst = ops.where(filled, ops.min(finished_scores, axis=1, keepdims=True), NEG_INF)
+        open_rows = ops.logical_and(open_rows, ops.any(running[:, :1] / penalty > worst, axis=1))
+        open_rows = ops.logical_and(open_rows, t < last)
+        logits, caches = _next_logits(step, t, _column(tokens, t), tokens, caches, logits, c)
+        return t + 1, tokens, caches, logits, running, finished, finished_scores, filled, open_rows
 
-    state = (start, tokens, caches, logits, scores, ops.zeros((flat,), "bool"), ops.zeros((flat,), "int32"))
-    _, tokens, _, _, scores, _, lengths = ops.while_loop(cond, body, state)
-    penalty = ops.power((5.0 + ops.cast(ops.reshape(lengths, (batch, beams)), "float32")) / 6.0,
-                        c["length_penalty"])
-    best = ops.argmax(scores / penalty, axis=-1)  # (batch,)
-    return task.generated_tokens(ops.take(tokens, ops.arange(batch) * beams + ops.cast(best, "int32"), axis=0))
+    state = (start, tokens, caches, logits, running, tokens, ops.full((batch, beams), NEG_INF),
+             ops.zeros((batch, beams), "bool"), ops.ones((batch,), "bool"))
+    finished = ops.while_loop(cond, body, state)[5]
+    return task.generated_tokens(ops.take(finished, ops.arange(batch) * beams, axis=0))
 
 
 class _Generator(keras.Model):
@@ -366,7 +404,7 @@ def _run(task, token_ids, noise, c, xla, word_kinds=None):
     if c.get("max_word_pieces"):
         c = {**c, "word_kinds": ops.convert_to_tensor(word_kinds, "int32")}
     with traced_for_xla() if xla else contextlib.nullcontext():
-        if c["strategy"] == "beam":
+        if c["strategy"] == "beam" and c["num_beams"] > 1:
             return _beam_loop(task, token_ids, c)
         return _decode_loop(task, token_ids, noise, c)
 
@@ -382,7 +420,7 @@ _COMPILED_GUARD = threading.Lock()
 def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
              num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True,
              no_repeat_ngram_size=0, max_length_ratio=None, max_length_offset=10, max_word_pieces=None,
-             slot_token_id=None, pad_batch=True):
+             slot_token_id=None, end_at_max_length=False, pad_batch=True):
     """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
     Translator: returns the generated tokens after `start_token_id`, through
@@ -405,8 +443,12 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         end_token_id: int or None. Decoding of a row stops after it (required
             for the translator).
         strategy: `"greedy"`, `"beam"`, `"top_k"` or `"top_p"`. Defaults to `"greedy"`.
-        num_beams: int. Beam width. Defaults to `4`.
-        length_penalty: float. GNMT alpha: scores / ((5 + len) / 6)^alpha. Defaults to `0.6`.
+        num_beams: int. Beam width (beam search as transformers': `_beam_loop`;
+            `1` is greedy). Defaults to `4`.
+        length_penalty: float. Beam search scores a finished translation
+            `log p / length ** length_penalty` (`length`: generated tokens,
+            the end token included), as transformers' `length_penalty`:
+            above 0 favours longer ones. Defaults to `0.6`.
         k: int. Top-k sampling. Defaults to `50`.
         p: float. Top-p (nucleus) mass. Defaults to `0.9`.
         temperature: float. Sampling temperature. Defaults to `1.0`.
@@ -440,6 +482,9 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
             banned: `ban_slots`), so every number slot of a
             `TranslatorPreprocessor(copy_numbers=True)` source comes back
             once (`Translator.translate` passes it). `None` (default): off.
+        end_at_max_length: bool. `True`: a row still open at the last
+            position gets `end_token_id` there (transformers'
+            `forced_eos_token_id`, set by Marian checkpoints). Defaults to `False`.
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the
             batch at `batching.batch_bucket(batch)` rows, a few compiles for any batch
             sizes. `False`: at its own size, one compile per size, and no
@@ -467,7 +512,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
         end_token_id=end_token_id, strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=k, p=p,
         temperature=temperature, use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
         max_length_ratio=max_length_ratio, max_length_offset=max_length_offset, max_word_pieces=max_word_pieces,
-        slot_token_id=slot_token_id)
+        slot_token_id=slot_token_id, end_at_max_length=end_at_max_length)
     seed = config.pop("seed")
     kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
     translator = model.decoding_family == "translator"
@@ -501,7 +546,7 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
 def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
                     num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0,
                     max_length_ratio=None, max_length_offset=10, max_word_pieces=None, slot_token_id=None,
-                    xla=False):
+                    end_at_max_length=False, xla=False):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
     In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
@@ -512,7 +557,8 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         model: a `Translator` or a `CausalLM`.
         max_length, start_token_id, end_token_id, strategy, num_beams,
             length_penalty, k, p, temperature, no_repeat_ngram_size,
-            max_length_ratio, max_length_offset, max_word_pieces, slot_token_id: as in `generate`.
+            max_length_ratio, max_length_offset, max_word_pieces, slot_token_id,
+            end_at_max_length: as in `generate`.
         xla: bool. `True` when `fn` will be traced inside a
             `tf.function(jit_compile=True)`: its cache writes are then XLA's
             in-place update. `False` (default): core TensorFlow ops only, which
@@ -532,7 +578,8 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
         start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy, num_beams=num_beams,
         length_penalty=length_penalty, k=k, p=p, temperature=temperature, use_cache=True, seed=None,
         no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
-        max_length_offset=max_length_offset, max_word_pieces=max_word_pieces, slot_token_id=slot_token_id)
+        max_length_offset=max_length_offset, max_word_pieces=max_word_pieces, slot_token_id=slot_token_id,
+        end_at_max_length=end_at_max_length)
     config.pop("seed")
     kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
     return lambda token_ids, noise=None: _run(model, token_ids, noise, config, xla=bool(xla), word_kinds=kinds)

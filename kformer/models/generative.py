@@ -86,13 +86,13 @@ class GenerativeTask(Task):
                      for _ in blocks)
 
     def logits(self, hidden):
-        """Decoder outputs `(batch, n, hidden_dim)` -> float32 logits `(batch, n, vocab)`; the padding id
-        (`padding_id`, 0 unless a checkpoint says otherwise) is never chosen."""
+        """Decoder outputs `(batch, n, hidden_dim)` -> float32 logits `(batch, n, vocab)` (the search bans the
+        padding id: `kformer.models.generate`)."""
         embedding, _, norm, projection = self.decoder_parts()
         if norm is not None:
             hidden = norm(hidden)
         logits = embedding(hidden, reverse=True) if projection is None else projection(hidden)
-        return ops.where(ops.arange(embedding.vocabulary_size) == self.padding_id, NEG_INF, ops.cast(logits, "float32"))
+        return ops.cast(logits, "float32")
 
     def _run_blocks(self, x, cache, cache_update_index, cache_padding_mask=None, **cross):
         """Every decoder block on `x` through its cache: `(x, updated cache)`."""

@@ -71,12 +71,39 @@ def test_greedy_translations_equal_generate(checkpoint, translator):
         expected = reference.generate(**batch, num_beams=1, do_sample=False, max_length=21).numpy()
     pad = reference.config.pad_token_id
     got = translator.generate(translator.preprocessor.encode(sources)["encoder_token_ids"], max_length=20,
-                              start_token_id=pad, end_token_id=0)
-    for row, (want, mine) in enumerate(zip(expected[:, 1:], got)):  # the reference's first id is the start
-        want = list(want[:list(want).index(0) + 1] if 0 in want else want)
-        assert list(mine[:len(want)]) == want, row
+                              start_token_id=pad, end_token_id=0, end_at_max_length=True)
+    _assert_same_ids(expected, got)
     assert translator.translate(sources, strategy="greedy", max_length=20) == \
         tokenizer.batch_decode(expected, skip_special_tokens=True)
+
+
+def _assert_same_ids(expected, got):
+    """transformers' `generate` rows (start id first, padded after `</s>`) == kformer's (0 after `</s>` = 0)."""
+    for row, (want, mine) in enumerate(zip(expected[:, 1:], got)):  # the reference's first id is the start
+        want = list(want[:list(want).index(0) + 1] if 0 in want else want)
+        assert list(mine[:len(want)]) == want and not mine[len(want):].any(), row
+
+
+def test_beam_translations_equal_generate(checkpoint, translator):
+    """30 bundled test sentences, one batch: 4-beam ids and texts equal transformers' `generate` with the
+    checkpoint's generation config (4 beams, length penalty 1.0, `</s>` forced at `max_length`, `<pad>`
+    banned), and with other beam settings."""
+    _, reference, tokenizer, (test_sources, _) = checkpoint
+    sources = test_sources[:30]
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    source = translator.preprocessor.encode(sources)["encoder_token_ids"]
+    pad = reference.config.pad_token_id
+    with torch.no_grad():
+        expected = reference.generate(**batch).numpy()  # the generation config's settings
+        other = reference.generate(**batch, num_beams=5, length_penalty=0.5, no_repeat_ngram_size=2,
+                                   max_length=11).numpy()
+    assert translator.translate(sources) == tokenizer.batch_decode(expected, skip_special_tokens=True)
+    _assert_same_ids(expected, translator.generate(source, strategy="beam", num_beams=4, length_penalty=1.0,
+                                                   max_length=15, start_token_id=pad, end_token_id=0,
+                                                   end_at_max_length=True))
+    _assert_same_ids(other, translator.generate(source, strategy="beam", num_beams=5, length_penalty=0.5,
+                                                no_repeat_ngram_size=2, max_length=10, start_token_id=pad,
+                                                end_token_id=0, end_at_max_length=True))
 
 
 @pytest.mark.once("SentencePiece and vocab.json lookups in Python, no Keras")
@@ -95,6 +122,7 @@ def test_preprocessor_gives_marian_tokenizer_ids_and_texts(checkpoint, translato
 def test_translate_uses_the_checkpoints_generation_defaults(checkpoint, translator):
     preprocessor = translator.preprocessor
     assert preprocessor.decoding_defaults == {"strategy": "beam", "num_beams": 4, "max_length": 15,
+                                              "length_penalty": 1.0, "end_at_max_length": True,
                                               "max_word_pieces": None, "no_repeat_ngram_size": 0}
     assert isinstance(translator.translate("How are you?", max_length=4), str)
 
@@ -134,12 +162,13 @@ def test_save_pretrained_refuses_a_translator_marian_cannot_represent(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _copy(folder, to, config=None, drop=None, vocabulary=None):
+def _copy(folder, to, config=None, drop=None, vocabulary=None, generation=None):
     shutil.copytree(folder, to)
-    if config:
-        settings = json.loads((to / "config.json").read_text())
-        settings.update(config)
-        (to / "config.json").write_text(json.dumps(settings))
+    for name, change in (("config.json", config), ("generation_config.json", generation)):
+        if change:
+            settings = json.loads((to / name).read_text())
+            settings.update(change)
+            (to / name).write_text(json.dumps(settings))
     if drop:
         (to / drop).unlink()
     if vocabulary:
@@ -181,6 +210,9 @@ def test_a_pytorch_model_bin_loads_the_same_weights_and_a_pickle_is_not_run(chec
     (dict(vocabulary=lambda v: {k: i for k, i in v.items() if k != "<pad>"}), "lacks the special tokens ['<pad>']"),
     (dict(vocabulary=lambda v: {**v, "extra": len(v)}), "holds ids up to"),
     (dict(options={"target_language": ">>spa<<"}), "`target_language` must be one of the checkpoint's codes []"),
+    (dict(generation={"early_stopping": True}), "generation_config.json: `early_stopping`=True cannot be represented"),
+    (dict(generation={"forced_eos_token_id": 5}), "`forced_eos_token_id`=5 differs from `eos_token_id`=0"),
+    (dict(generation={"length_penalty": "long"}), "`length_penalty`='long' must be a finite number"),
 ])
 def test_bad_checkpoints_are_named(checkpoint, tmp_path, change, message):
     options = change.pop("options", {})

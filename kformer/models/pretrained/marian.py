@@ -16,9 +16,10 @@ logits (`output_bias`: `final_logits_bias`), and the padding id last (`padding_i
 
 The sinusoid tables some checkpoints store (`embed_positions.weight`) are computed, as transformers
 does. Every config value kformer cannot represent is refused (file, field, value) before any weight
-is assigned. Known differences in decoding (not in the logits): `forced_eos_token_id` (transformers
-writes `</s>` as the last token of a translation cut at `max_length`) is not applied, and beam
-search scores finished translations with GNMT's length penalty, not transformers' `length ** alpha`.
+is assigned. `generation_config.json` gives `translate` its defaults: beam width, `max_length`,
+`length_penalty`, `no_repeat_ngram_size` and `forced_eos_token_id` (`end_at_max_length`); a setting
+kformer's search would not follow (`early_stopping`, `renormalize_logits`, other `bad_words_ids`)
+is refused.
 """
 
 import json
@@ -157,16 +158,30 @@ def decoding_defaults(folder, config, vocabulary, padding):
     if bad not in (None, [[padding]]):
         raise ValueError(f"{file}: `bad_words_ids`={str(bad)[:80]} cannot be represented by kformer yet (it never "
                          f"generates the padding id, [[{padding}]]); the checkpoint was not loaded.")
+    end = config.get("eos_token_id", 0)
+    forced = settings.get("forced_eos_token_id")
+    if forced not in (None, end):
+        raise ValueError(f"{file}: `forced_eos_token_id`={forced!r} differs from `eos_token_id`={end!r}; kformer "
+                         "ends a translation cut at `max_length` with its end token only. The checkpoint was not "
+                         "loaded.")
+    for name, default in (("early_stopping", False), ("renormalize_logits", False)):
+        if settings.get(name, default) != default:
+            raise ValueError(f"{file}: `{name}`={settings[name]!r} cannot be represented by kformer yet (its beam "
+                             f"search is transformers' with `{name}={default}`); the checkpoint was not loaded.")
     beams = settings.get("num_beams", 1)
     length = settings.get("max_length", 512)
     for name, value in (("num_beams", beams), ("max_length", length)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{file}: `{name}`={value!r} must be a positive int.")
+    penalty = settings.get("length_penalty", 1.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not np.isfinite(penalty):
+        raise ValueError(f"{file}: `length_penalty`={penalty!r} must be a finite number.")
     defaults = {"strategy": "beam" if beams > 1 else "greedy", "max_word_pieces": None,
                 "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
-                "max_length": length - 1}  # transformers counts the decoder's start token in `max_length`
+                "max_length": length - 1,  # transformers counts the decoder's start token in `max_length`
+                "end_at_max_length": forced is not None}
     if beams > 1:
-        defaults["num_beams"] = beams
+        defaults.update(num_beams=beams, length_penalty=float(penalty))
     return defaults
 
 
@@ -285,6 +300,7 @@ def save(task, folder, overwrite=False):
     if not task.output_bias:  # a translator without the bias: Marian's zeros
         tensors["final_logits_bias"] = np.zeros((1, task.vocabulary_size), np.float32)
     end = 0 if preprocessor is None else preprocessor.end_token_id
+    defaults = {} if preprocessor is None else preprocessor.decoding_defaults
     config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": task.vocabulary_size,
               "decoder_vocab_size": task.vocabulary_size, "d_model": task.hidden_dim,
               "encoder_layers": task.num_encoder_layers, "decoder_layers": task.num_decoder_layers,
@@ -293,13 +309,16 @@ def save(task, folder, overwrite=False):
               "max_position_embeddings": task.sequence_length, "activation_function": names[task.activation],
               "scale_embedding": True, "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
               "pad_token_id": task.padding_id, "decoder_start_token_id": task.padding_id, "eos_token_id": end,
-              "forced_eos_token_id": None, "dropout": float(task.dropout), "attention_dropout": 0.0,
+              "forced_eos_token_id": end if defaults.get("end_at_max_length") else None,
+              "dropout": float(task.dropout), "attention_dropout": 0.0,
               "activation_dropout": 0.0, "is_encoder_decoder": True, "dtype": "float32"}
-    defaults = {} if preprocessor is None else preprocessor.decoding_defaults
     generation = {"bad_words_ids": [[task.padding_id]], "decoder_start_token_id": task.padding_id,
                   "eos_token_id": end, "pad_token_id": task.padding_id,
                   "num_beams": defaults.get("num_beams", 1) if defaults.get("strategy") == "beam" else 1,
-                  "max_length": defaults.get("max_length", task.sequence_length - 1) + 1}
+                  "max_length": defaults.get("max_length", task.sequence_length - 1) + 1,
+                  "length_penalty": defaults.get("length_penalty", 1.0)}
+    if defaults.get("end_at_max_length"):
+        generation["forced_eos_token_id"] = end
     files = {"config.json": write_json(config), "generation_config.json": write_json(generation),
              "model.safetensors": tensors}
     if preprocessor is not None:
