@@ -152,7 +152,22 @@ def csv_file(name):
                  [(*(r[c] for c in own), measured(r), f"`{r['command']}`") for r in rows])
 
 
-TABLES = {"recipes": recipes, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision, "decisions": decisions, "csv": csv_file}
+def marian(_=None):
+    """`marian_decode.csv`'s newest run: kformer's decoding seconds beside transformers', per backend, batch size
+    and strategy, the ratio in bold (above 1: kformer faster); where and how it ran below the table."""
+    rows = read("marian_decode.csv")
+    newest = [r for r in rows if r["commit"] == rows[-1]["commit"]]
+    body = table(["backend", "batch", "strategy", "kformer s", "transformers s", "ratio"],
+                 [(r["backend"], r["batch"], r["strategy"], r["kformer_seconds"], r["transformers_seconds"],
+                   f"**{r['ratio']}x**") for r in newest])
+    commands = sorted({f"`{r['command']}`" for r in newest})
+    return body + (f"\n<sup>{newest[0]['size']} shape, {newest[0]['new_tokens']} new tokens, median of "
+                   f"{newest[0]['repeats']} calls; {newest[0]['date']}, `{newest[0]['commit']}`, "
+                   f"{newest[0]['machine']}; {', '.join(commands)}.</sup>\n")
+
+
+TABLES = {"recipes": recipes, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision, "decisions": decisions,
+          "csv": csv_file, "marian": marian}
 
 
 def render(name, arg):
