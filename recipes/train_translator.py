@@ -74,6 +74,24 @@ LIMITS = ["Short, everyday sentences (Tatoeba / Multi30k); long or technical tex
           "BLEU on the bundled sample is low; see docs/RESULTS.md for full-data runs."]
 
 
+SCRATCH_DECODING = {"num_beams": 4, "no_repeat_ngram_size": 3, "max_length_ratio": 1.5}  # a --preset's defaults
+
+
+def decoding(args, model):
+    """The test translations' and the export's decoding options: the flags given (all of them with a --preset),
+    and, with --from-pretrained, the checkpoint's generation config for the rest -> (`translate` options, the
+    effective settings for metrics and the model card)."""
+    given = {name: getattr(args, name) for name in SCRATCH_DECODING if getattr(args, name) is not None}
+    if "max_length_ratio" in given:
+        given["max_length_ratio"] = given["max_length_ratio"] or None  # 0: off
+        given["max_length_offset"] = args.max_length_offset
+    if "num_beams" in given:
+        given["strategy"] = "beam" if given["num_beams"] > 1 else "greedy"
+    defaults = dict(getattr(model.preprocessor, "decoding_defaults", None) or {})
+    effective = {"num_beams": 1, "no_repeat_ngram_size": 0, "max_length_ratio": None, **defaults, **given}
+    return given, effective
+
+
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="translator", preset="transformer_small", epochs=10,
                            batch_size=64, learning_rate=1e-3, pretrained=("Marian (OPUS-MT)", 5e-5))
@@ -101,16 +119,20 @@ def parse_args(argv=None):
     p.add_argument("--sequence-length", type=common.bounded(int, 4), default=40)
     p.add_argument("--warmup-steps", type=common.positive_int, default=None,
                    help="default: 4000, or 10%% of the training steps if that is fewer")
-    p.add_argument("--num-beams", type=common.bounded(int, 1, 64), default=4,
-                   help="beam width for the test translations (1 = greedy; 4 scored 1.7 BLEU above greedy "
-                        "on the en-es source split, in 3.5x the decoding time: docs/RESULTS.md)")
-    p.add_argument("--no-repeat-ngram-size", type=common.bounded(int, 0, 16), default=3,
-                   help="never repeat an n-gram in a translation (test and export; 0 = off)")
-    p.add_argument("--max-length-ratio", type=common.bounded(float, 0), default=1.5,
+    # The decoding flags default to SCRATCH_DECODING with a --preset, and to the checkpoint's generation config
+    # (`translate`'s defaults) with --from-pretrained: None here means "not given".
+    p.add_argument("--num-beams", type=common.bounded(int, 1, 64), default=None,
+                   help="beam width for the test translations (1 = greedy; default 4, or the checkpoint's with "
+                        "--from-pretrained; 4 scored 1.7 BLEU above greedy on the en-es source split, in 3.5x the "
+                        "decoding time: docs/RESULTS.md)")
+    p.add_argument("--no-repeat-ngram-size", type=common.bounded(int, 0, 16), default=None,
+                   help="never repeat an n-gram in a translation (test and export; 0 = off; default 3, or the "
+                        "checkpoint's with --from-pretrained)")
+    p.add_argument("--max-length-ratio", type=common.bounded(float, 0), default=None,
                    help="a translation stops after RATIO x its source's tokens + --max-length-offset "
-                        "(test and export; 0 = off, --sequence-length only); it would cut 0.003%% of the "
-                        "en-es training references, and cuts beam search over the test split by 40%% "
-                        "(docs/RESULTS.md)")
+                        "(test and export; 0 = off, --sequence-length only; default 1.5, off with "
+                        "--from-pretrained); it would cut 0.003%% of the en-es training references, and cuts "
+                        "beam search over the test split by 40%% (docs/RESULTS.md)")
     p.add_argument("--max-length-offset", type=common.bounded(int, 0), default=10,
                    help="see --max-length-ratio")
     p.add_argument("--serving-xla", action="store_true",
@@ -121,6 +143,10 @@ def parse_args(argv=None):
                    help="spa-eng: split the pairs, or the distinct English sentences (full file only)")
     p.add_argument("--max-test-examples", type=common.positive_int, default=None)
     args = common.parse_args(p, argv)
+    if args.from_pretrained is None:
+        for name, value in SCRATCH_DECODING.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
     if args.from_pretrained is not None:
         shaping = [flag for flag, given in (("--vocabulary-size", args.vocabulary_size is not None),
                                             ("--shared-vocabulary", args.shared_vocabulary),
@@ -250,10 +276,9 @@ def main(argv=None):
     import sacrebleu
 
     start = time.time()
-    limit = {"max_length_ratio": args.max_length_ratio or None, "max_length_offset": args.max_length_offset}
+    options, effective = decoding(args, model)
     everything = test_sources + [s for k in ood for s in ood[k][0]]  # one call: batched by length together
-    translated = model.translate(everything, strategy="beam" if args.num_beams > 1 else "greedy",
-                                 num_beams=args.num_beams, no_repeat_ngram_size=args.no_repeat_ngram_size, **limit)
+    translated = model.translate(everything, **options)
     hypotheses, ood_hypotheses, offset = translated[:len(test_sources)], {}, len(test_sources)
     for k in ood:
         ood_hypotheses[k], offset = translated[offset:offset + len(ood[k][0])], offset + len(ood[k][0])
@@ -281,10 +306,12 @@ def main(argv=None):
         "all_digit_copy_rate": all_digit_rate, "all_digit_sources": all_digit_sources,
         "final_val_loss": round(final_val_loss, 4), "shared_vocabulary": args.shared_vocabulary,
         "averaged_epochs": average[0].averaged_epochs if average else None,
-        "split_by": args.split_by, "no_repeat_ngram_size": args.no_repeat_ngram_size, **limit,
+        "split_by": args.split_by, "no_repeat_ngram_size": effective["no_repeat_ngram_size"],
+        "max_length_ratio": effective["max_length_ratio"],
+        "max_length_offset": effective.get("max_length_offset") if effective["max_length_ratio"] else None,
         "bleu_signature": str(bleu.format(signature=True)).split(" = ")[0] + " (lowercase)",
         "test_examples": len(test_sources), "train_examples": len(sources), "epochs": args.epochs,
-        "num_beams": args.num_beams, "train_seconds": round(train_seconds, 1),
+        "num_beams": effective["num_beams"], "train_seconds": round(train_seconds, 1),
         **({"learning_rate": args.learning_rate, "from_pretrained": args.from_pretrained} if pretrained else {}),
         "translate_seconds": round(time.time() - start, 1), "backend": keras.backend.backend(),
         "samples": [{"source": s, "reference": r, "translation": h}
@@ -303,8 +330,9 @@ def main(argv=None):
                               f"in fewer than {args.ood_min_count} training pairs, held out of training"})
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
-        export_options={"num_beams": max(4, args.num_beams), "no_repeat_ngram_size": args.no_repeat_ngram_size,
-                        "xla": args.serving_xla, **limit},
+        export_options={"num_beams": max(4, effective["num_beams"]), "xla": args.serving_xla,
+                        **{k: options[k] for k in ("no_repeat_ngram_size", "max_length_ratio", "max_length_offset")
+                           if k in options}},
         log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_attention(model, [test_sources[example]], targets=[hypotheses[example]],
                                              layer=-1, attention="cross")))

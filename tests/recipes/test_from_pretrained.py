@@ -176,6 +176,8 @@ def test_translator_fine_tunes_marian_and_serves_source_ids(tmp_path):
     metrics, config = _card_and_metrics(run_dir, folder)
     assert metrics["learning_rate"] == 5e-5 and config["model_type"] == "marian"
     assert 0.0 <= metrics["test_bleu"] <= 100.0 and "ood_length_bleu" in metrics
+    # --num-beams given; the rest the checkpoint's generation config, not the from-scratch guards (3, 1.5)
+    assert (metrics["num_beams"], metrics["no_repeat_ngram_size"], metrics["max_length_ratio"]) == (1, 0, None)
     with (run_dir / "training_log.csv").open(newline="") as f:
         losses = [float(row["loss"]) for row in csv.DictReader(f)]
     assert len(losses) == 2 and losses[1] < losses[0], losses

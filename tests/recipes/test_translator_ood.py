@@ -89,6 +89,9 @@ def test_flags_defaults_and_bad_values(capsys):
     args = train_translator.parse_args([])
     assert (args.vocabulary_size, args.shared_vocabulary, args.average_last) == (8000, False, 0)
     assert (args.ood_max_words, args.ood_min_count, args.max_ood_examples) == (12, 2, 1000)
+    assert (args.num_beams, args.no_repeat_ngram_size, args.max_length_ratio) == (4, 3, 1.5)  # a --preset's
+    args = train_translator.parse_args(["--from-pretrained=x", "--no-repeat-ngram-size=2"])
+    assert (args.num_beams, args.no_repeat_ngram_size, args.max_length_ratio) == (None, 2, None)  # the checkpoint's
     args = train_translator.parse_args(["--shared-vocabulary", "--dataset=multi30k"])
     assert (args.vocabulary_size, args.ood_max_words) == (16000, 20)
     assert train_translator.parse_args(["--shared-vocabulary", "--vocabulary-size=500"]).vocabulary_size == 500
