@@ -177,8 +177,7 @@ def _ban(logits, tokens, t, c, required=None):
     """The logits (or log-probabilities) at position `t` after this call's bans: the padding id, never generated
     (transformers' `bad_words_ids` of a Marian checkpoint), then `no_repeat_ngram_size`, `max_word_pieces`,
     slots, and `end_at_max_length` (only `end_token_id` at the last position, scored 0)."""
-    ids = ops.arange(ops.shape(logits)[-1])[None, :]
-    logits = ops.where(ids == c["padding_id"], NEG_INF, logits)
+    logits = logits + c["padding_bias"]  # NEG_INF at the padding id, else 0
     if c["no_repeat_ngram_size"]:
         logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
     if c.get("max_word_pieces"):
@@ -186,9 +185,8 @@ def _ban(logits, tokens, t, c, required=None):
     if required is not None:
         logits = ban_slots(logits, tokens, required, c["slot_token_id"], c["end_token_id"])
     if c["end_at_max_length"]:
-        at_last = t + 1 >= ops.shape(tokens)[1]
-        logits = ops.where(ops.logical_and(at_last, ids != c["end_token_id"]), NEG_INF,
-                           ops.where(at_last, 0.0, logits))
+        only_end = ops.where(ops.arange(ops.shape(logits)[-1]) == c["end_token_id"], 0.0, NEG_INF)[None, :]
+        logits = _branch(t + 1 >= ops.shape(tokens)[1], lambda: ops.zeros_like(logits) + only_end, lambda: logits)
     return logits
 
 
@@ -319,6 +317,7 @@ def _beam_loop(task, inputs, c):
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     prompt_length = ops.sum(ops.cast(prompt, "int32"), axis=1)  # a row's forced positions
+    prompted = task.decoding_family == "causal"  # a translator's prompt is its start token alone, before `start`
     last = length - 1 if (limits := _row_limits(task, inputs, c)) is None else ops.minimum(limits, length - 1)
     required = _slots_required(inputs, c)
     required = None if required is None else ops.repeat(required, beams, axis=0)
@@ -339,8 +338,9 @@ def _beam_loop(task, inputs, c):
         t = _known(t)
         forced = _column(prompt, t)
         log_probs = _ban(ops.log_softmax(logits, axis=-1), tokens, t, c, required)
-        prompt_token = ops.where(ops.arange(vocab)[None, :] == _column(tokens, t)[:, None], 0.0, NEG_INF)
-        log_probs = ops.where(forced[:, None], prompt_token, log_probs)
+        if prompted:  # inside a row's prompt, its token scores 0 and every other NEG_INF
+            prompt_token = ops.where(ops.arange(vocab)[None, :] == _column(tokens, t)[:, None], 0.0, NEG_INF)
+            log_probs = ops.where(forced[:, None], prompt_token, log_probs)
         candidates = ops.reshape(ops.reshape(running, (-1, 1)) + log_probs, (batch, beams * vocab))
         scores, best = ops.top_k(candidates, keep)  # (batch, keep), best first
         origin = ops.arange(batch)[:, None] * beams + best // vocab  # the beam each continues
@@ -401,6 +401,8 @@ def _run(task, token_ids, noise, c, xla, word_kinds=None):
     """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`).
     `word_kinds`: `word_piece_kinds(task)` where `c["max_word_pieces"]` is set (a constant of the graph)."""
     token_ids = ops.cast(token_ids, "int32")
+    vocab = task.decoding_limits()["vocabulary_size"]
+    c = {**c, "padding_bias": ops.where(ops.arange(vocab) == c["padding_id"], NEG_INF, 0.0)[None, :]}
     if c.get("max_word_pieces"):
         c = {**c, "word_kinds": ops.convert_to_tensor(word_kinds, "int32")}
     with traced_for_xla() if xla else contextlib.nullcontext():
