@@ -57,7 +57,6 @@ class PlainDecoder:
 
     def __init__(self, task, context, length):
         self.embedding, self.blocks, self.norm, projection = task.decoder_parts()
-        self.vocabulary_size = self.embedding.vocabulary_size
         self.weights = [_block_weights(block) for block in self.blocks]
         self.cross = context.get("cross_attention_cache")
         self.cross_mask = _source_mask(context.get("source_mask"))

@@ -185,8 +185,8 @@ def _ban(logits, tokens, t, c, required=None):
     if required is not None:
         logits = ban_slots(logits, tokens, required, c["slot_token_id"], c["end_token_id"])
     if c["end_at_max_length"]:
-        only_end = ops.where(ops.arange(ops.shape(logits)[-1]) == c["end_token_id"], 0.0, NEG_INF)[None, :]
-        logits = _branch(t + 1 >= ops.shape(tokens)[1], lambda: ops.zeros_like(logits) + only_end, lambda: logits)
+        logits = _branch(t + 1 >= ops.shape(tokens)[1], lambda: ops.zeros_like(logits) + c["end_only"],
+                         lambda: logits)
     return logits
 
 
@@ -402,7 +402,9 @@ def _run(task, token_ids, noise, c, xla, word_kinds=None):
     `word_kinds`: `word_piece_kinds(task)` where `c["max_word_pieces"]` is set (a constant of the graph)."""
     token_ids = ops.cast(token_ids, "int32")
     vocab = task.decoding_limits()["vocabulary_size"]
-    c = {**c, "padding_bias": ops.where(ops.arange(vocab) == c["padding_id"], NEG_INF, 0.0)[None, :]}
+    ids = ops.arange(vocab)[None, :]  # rows added to the logits each step: made once per loop
+    c = {**c, "padding_bias": ops.where(ids == c["padding_id"], NEG_INF, 0.0),
+         "end_only": ops.where(ids == c["end_token_id"], 0.0, NEG_INF)}  # `end_at_max_length`'s last position
     if c.get("max_word_pieces"):
         c = {**c, "word_kinds": ops.convert_to_tensor(word_kinds, "int32")}
     with traced_for_xla() if xla else contextlib.nullcontext():
