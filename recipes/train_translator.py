@@ -45,7 +45,8 @@ the letters of the source's longest (invented sub-word chains), and
 every digit string unchanged (`all_digit_copy_rate`: test and OOD sets).
 `--from-pretrained SOURCE` fine-tunes a Marian (OPUS-MT) checkpoint instead (a Hugging Face folder
 or an `hf://` handle; `models.from_pretrained`): its SentencePiece vocabulary and sizes, the same
-schedule peaking at 5e-5 unless `--learning-rate`, the same scores; its SavedModel takes
+schedule peaking at 5e-5 unless `--learning-rate`, the same scores, decoded with the checkpoint's
+generation config wherever a decoding flag is not given (not the 4 / 3 / 1.5 above); its SavedModel takes
 `source_ids` (the client tokenizes: docs/pretrained.md). The checkpoint must translate from the
 `--dataset`'s source language (English for spa-eng, German for multi30k) to its target.
 Writes `<output-dir>/<preset>_<dataset>/<version>/` (`<checkpoint name>_<dataset>` when fine-tuning): the TF Serving SavedModel
