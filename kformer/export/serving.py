@@ -22,7 +22,7 @@ from kformer.export.preprocessing import default_preprocessor
 from kformer.export.signatures import SIGNATURES, signature_set
 from kformer.export.versioning import write_new_version
 from kformer.export.worker import write_in_tensorflow
-from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, check_export_options
+from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, check_export_options
 from kformer.models.postprocess import check_top_k
 
 
@@ -87,7 +87,7 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
             has more WordPiece pieces (`##` continuations after the piece
             that starts it), in every translation signature (see
             `kformer.models.generate`). Defaults to `Translator.translate`'s
-            default (`kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`),
+            default (`kformer.generation.options.TRANSLATE_MAX_WORD_PIECES`),
             so the served translations are `translate`'s; `None` or `0`: off.
             Other task types must keep the default.
         xla: bool. Translation: also write `translate_xla`, greedy decoding

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from kformer.data.wordpiece import MASK
-from kformer.models.batching import batch_bucket, repeat_last_row, strip_prompt, trim_width
+from kformer.generation.batching import batch_bucket, repeat_last_row, strip_prompt, trim_width
 from kformer.models.postprocess import classify, top_masked_tokens
 
 Signature = collections.namedtuple("Signature", "name inputs outputs endpoint warmup option", defaults=(None,))
@@ -56,7 +56,7 @@ def classify_text(task, preprocessor, options):
 
 def _translation_loop(task, preprocessor, options, strategy, jit_compile=False):
     """The export's decoding loop of a translator: source ids `(batch, width)` -> generated ids."""
-    from kformer.models.generate import decode_function
+    from kformer.generation.search import decode_function
 
     return decode_function(task, strategy=strategy, max_length=options["max_length"],
                            num_beams=options["num_beams"], length_penalty=options.get("length_penalty", 0.6),
@@ -119,7 +119,7 @@ def _continue(task, preprocessor, options, strategy):
     sampling loop reads one stateless uniform per row and step. `generated` is
     `tokens` with each row's prompt positions set to 0.
     """
-    from kformer.models.generate import decode_function
+    from kformer.generation.search import decode_function
 
     max_length = options["max_length"]
     decode = decode_function(task, strategy=strategy, max_length=max_length,

@@ -5,7 +5,6 @@ import functools
 import keras
 from keras import ops
 
-from kformer.layers import masks
 
 
 def fast_attention(q, k, v, mask, scale, training, dropout):
@@ -62,6 +61,8 @@ def per_head_attention(q, k, v, mask, scale, dropout, training):
     >>> tuple(per_head_attention(q, q, q, None, 0.5, keras.layers.Dropout(0.0), False).shape)
     (1, 2, 2, 4)
     """
+    from kformer.layers import masks  # here, not on import: `kformer.layers` imports this module
+
     q = ops.multiply(q, ops.cast(scale, q.dtype))
     outputs = []
     for head in range(q.shape[2]):

@@ -28,7 +28,7 @@ class PlainDecoder:
     """One decoding call's plain step for a `GenerativeTask` (made inside the call, outside its loop).
 
     Args:
-        task: a `kformer.models.generative.GenerativeTask`.
+        task: a `kformer.generation.protocol.GenerativeTask`.
         context: the `context` of `task.prefill` (cross-attention caches and source mask for a translator).
         length: int or scalar tensor. The decoding buffer's length (positions made once for it).
 

@@ -28,20 +28,20 @@ from kformer.models.bert import (
     mini_bert_classifier,
     mini_bert_pretraining,
 )
+from kformer.generation.search import generate
 from kformer.models.classifier import TextClassifier, imdb_classifier, text_classifier
 from kformer.models.conformer import ConformerEncoder, conformer_encoder
-from kformer.models.generate import generate
 from kformer.models.gpt import CausalLM, causal_lm
 from kformer.models.load import load
-from kformer.models.optimizers import adamw, compile_bert_pretrainer, warmup_cosine
 from kformer.models.parallel import layout_map
 from kformer.models.pretrained import from_pretrained
 from kformer.models.registry import build, builder, get_preset, list_models, register
 from kformer.models.speech_recognizer import SpeechRecognizer, speech_recognizer
 from kformer.models.task import ClassifierTask, KformerModel, Task
-from kformer.models.training import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy, TransformerSchedule
 from kformer.models.translator import Translator, translator
 from kformer.models.vit import ViTImageClassifier, vit
+from kformer.training.losses import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy
+from kformer.training.optimizers import TransformerSchedule, adamw, compile_bert_pretrainer, warmup_cosine
 
 __all__ = [
     "BertBackbone",

@@ -5,12 +5,12 @@ import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
+from kformer.generation.protocol import GenerativeTask
+from kformer.generation.search import generate as generate_ids
 from kformer.layers import activations
 from kformer.layers.checks import check_positive_ints, check_rates
-from kformer.models.generate import generate as generate_ids
-from kformer.models.generative import GenerativeTask
 from kformer.models.registry import builder, register
-from kformer.models.task import check_length_fits, check_tokenizer_fits
+from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
 
 POSITIONS = ("learned", "rotary")
 MOE_METRICS = ("balancing_loss", "dropped_tokens", "dropped_fraction")  # fit's `moe_*` logs
@@ -19,7 +19,7 @@ GPT2 = dict(vocabulary_size=50257, sequence_length=1024, dropout=0.1)
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class CausalLM(GenerativeTask):
+class CausalLM(GenerativeTask, Task):
     """Token ids `(batch, seq)` -> next-token logits `(batch, seq, vocabulary_size)`.
 
     Token embedding, learned positions (GPT-2) or rotary positions in every
@@ -183,7 +183,7 @@ class CausalLM(GenerativeTask):
             if self.position == "learned":
                 check_length_fits(preprocessor, self.sequence_length)
 
-    # The decoding protocol (`kformer.models.generative.GenerativeTask`), called by `generate`.
+    # The decoding protocol (`kformer.generation.protocol.GenerativeTask`), called by `generate`.
     def decoder_parts(self):
         return self.token_embedding, self.decoder_blocks, self.final_norm, self.output_projection
 

@@ -5,7 +5,7 @@ import pathlib
 
 import keras
 
-from kformer.models.safe_state import check_keras_file
+from kformer.training.safe_state import check_keras_file
 
 
 def load(path, compile=False):

@@ -22,7 +22,7 @@ from keras import ops
 from kformer.models.input_checks import (check_batch_size, check_labels, check_model_inputs, check_raw_type,
                                          check_weights, rows)
 from kformer.models.postprocess import classify
-from kformer.models.safe_state import restored_on_error, save_atomically
+from kformer.training.safe_state import restored_on_error, save_atomically
 
 # Writers of published checkpoint layouts, registered by `kformer.models.pretrained` (which `kformer.models`
 # imports): the pretrained loaders build tasks, so this module cannot import them.
@@ -78,7 +78,7 @@ class KformerModel(keras.Model):
         super().__init__(*args, **kwargs)
 
     # Every Keras loop below checks its inputs first and, if it raises anyway,
-    # leaves the model's variables as they were (`kformer.models.safe_state`):
+    # leaves the model's variables as they were (`kformer.training.safe_state`):
     # on JAX a failed loop would otherwise empty them for good.
     def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):
         check_batch_size(batch_size)

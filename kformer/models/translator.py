@@ -5,13 +5,13 @@ import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
+from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
+from kformer.generation.protocol import GenerativeTask
+from kformer.generation.search import generate as generate_ids
 from kformer.layers.checks import check_positive_ints, check_rates
-from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
-from kformer.models.generate import generate as generate_ids
-from kformer.models.generative import GenerativeTask
 from kformer.models.input_checks import check_batch_size
 from kformer.models.registry import builder, register
-from kformer.models.task import check_length_fits, check_tokenizer_fits
+from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
 
 PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
 # `translate`'s decoding defaults for a model trained here (a checkpoint's preprocessor brings its own)
@@ -21,7 +21,7 @@ POSITIONS = ("sinusoidal", "learned")
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class Translator(GenerativeTask):
+class Translator(GenerativeTask, Task):
     """Source ids `(batch, src_len)` + target ids `(batch, tgt_len)` -> logits `(batch, tgt_len, vocab)`.
 
     Id 0 is padding on both sides (masks are derived from it; a checkpoint
@@ -202,7 +202,7 @@ class Translator(GenerativeTask):
             x = block(x, padding_mask=mask)
         return (x if self.encoder_norm is None else self.encoder_norm(x)), mask
 
-    # The decoding protocol (`kformer.models.generative.GenerativeTask`), called by `generate`.
+    # The decoding protocol (`kformer.generation.protocol.GenerativeTask`), called by `generate`.
     def decoder_parts(self):
         return self.decoder_embedding, self.decoder_blocks, self.decoder_norm, self.output_projection
 
@@ -260,7 +260,7 @@ class Translator(GenerativeTask):
 
         The defaults of a model trained here (`TRANSLATE_DEFAULTS`):
         greedy; `max_word_pieces` (see `generate`) 5
-        (`kformer.models.decoding_options.TRANSLATE_MAX_WORD_PIECES`): no
+        (`kformer.generation.options.TRANSLATE_MAX_WORD_PIECES`): no
         output word has more WordPiece pieces, which stops the chains of
         invented `##` pieces an unfamiliar word sets off (issue 60), `None`
         turns the guard off; `no_repeat_ngram_size` (see `generate`) 3

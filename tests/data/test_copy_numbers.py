@@ -114,7 +114,7 @@ def test_a_trained_translator_copies_numbers_it_never_saw_and_so_does_its_export
 
 
 def test_ban_slots_holds_end_until_every_source_slot_is_out_then_bans_slots():
-    from kformer.models.generate import NEG_INF, ban_slots
+    from kformer.generation.search import NEG_INF, ban_slots
 
     slot, end = 4, 6
     logits = np.zeros((3, 10), "float32")
@@ -131,7 +131,7 @@ def test_ban_slots_holds_end_until_every_source_slot_is_out_then_bans_slots():
 
 @pytest.mark.once("argument check in numpy")
 def test_slot_token_id_is_checked_and_named():
-    from kformer.models.decoding_options import check_decoding_options
+    from kformer.generation.options import check_decoding_options
 
     ids = np.array([[7, 4, 8]])
     config = check_decoding_options("translator", ids, vocabulary_size=20, max_length=5, start_token_id=5,

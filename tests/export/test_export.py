@@ -406,7 +406,7 @@ def test_a_stock_server_loads_every_export(warmup_replies):
 
 @tf_exports_only
 def test_plain_translation_signatures_drop_all_padding_columns():
-    from kformer.models.batching import used_width  # what `translate` runs in the graph (`trim_width`)
+    from kformer.generation.batching import used_width  # what `translate` runs in the graph (`trim_width`)
 
     for ids, width in [([[0, 0, 0]], 1), ([[5, 0, 0], [0, 0, 0]], 1), ([[5, 6, 0, 0], [7, 0, 0, 0]], 2),
                        ([[1, 2, 3]], 3)]:

@@ -68,7 +68,7 @@ def test_generate_gives_the_same_tokens_with_and_without_the_plain_step(case, st
     kwargs = dict(max_length=10, strategy=strategy, num_beams=3)
     if task.decoding_family == "translator":
         kwargs.update(start_token_id=1, end_token_id=2)
-    generate = sys.modules["kformer.models.generate"]
+    generate = sys.modules["kformer.generation.search"]
     plain = models.generate(task, inputs, **kwargs)
     monkeypatch.setattr(decoding, "BACKENDS", ())
     monkeypatch.setattr(generate, "_COMPILED", collections.OrderedDict())

@@ -1,4 +1,4 @@
-"""`kformer.models.batching` and `kformer.models.postprocess`: the same answers on numpy (any backend)
+"""`kformer.generation.batching` and `kformer.models.postprocess`: the same answers on numpy (any backend)
 and, on TensorFlow, inside a `tf.function` (the exported graph)."""
 
 import keras
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from kformer.models import batching, postprocess
+from kformer.generation import batching
+from kformer.models import postprocess
 
 
 def _bucket(rows, multiple=16):  # the reference: next power of two up to 16, then multiples of 16

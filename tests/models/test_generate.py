@@ -64,7 +64,7 @@ def test_cached_greedy_equals_compiled_recompute(translator, greedy):
 
 
 def test_a_batch_runs_at_its_bucket_and_each_row_decodes_as_alone(translator, monkeypatch):
-    generate_module = importlib.import_module("kformer.models.generate")
+    generate_module = importlib.import_module("kformer.generation.search")
     rows, real = [], generate_module._Generator.predict_on_batch
     monkeypatch.setattr(generate_module._Generator, "predict_on_batch",
                         lambda self, x: rows.append(len(x["token_ids"])) or real(self, x))

@@ -13,7 +13,7 @@ from kformer.data import imdb
 from kformer.data.preprocessors import (BertPreprocessor, ImageClassifierPreprocessor,
                                         TextClassifierPreprocessor, TranslatorPreprocessor)
 from kformer.data.wordpiece import WordPieceTokenizer
-from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
+from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXTS = ["A wonderful, moving film.", "Dull and far too long.", "", "The [MASK] was [MASK]."]

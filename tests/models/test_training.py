@@ -4,7 +4,7 @@ import pytest
 
 from kformer import models
 from kformer.models import LabelSmoothedCrossEntropy, TransformerSchedule
-from kformer.models.training import sparse_accuracy
+from kformer.training.losses import sparse_accuracy
 from tests.helpers import to_numpy
 
 

@@ -17,8 +17,8 @@ import pytest
 from kformer import export, models
 from kformer.data.preprocessors import TranslatorPreprocessor
 from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
-from kformer.models.decoding_options import TRANSLATE_MAX_WORD_PIECES, check_export_options
-from kformer.models.generate import (CONTINUATION, SPECIAL, WORD_START, ban_long_words, decode_function,
+from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, check_export_options
+from kformer.generation.search import (CONTINUATION, SPECIAL, WORD_START, ban_long_words, decode_function,
                                      word_piece_kinds)
 from tests.helpers import to_numpy
 from tests.models.cases import small_model

@@ -16,7 +16,7 @@ from kformer import layers, models
 from kformer.data.preprocessors import (BertPreprocessor, CausalLMPreprocessor, ImageClassifierPreprocessor,
                                         TextClassifierPreprocessor, TranslatorPreprocessor)
 from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
-from kformer.models.training import LabelSmoothedCrossEntropy
+from kformer.training.losses import LabelSmoothedCrossEntropy
 
 WORDS = ["a", "fine", "film", "good", "bad", "movie", "the", "was"]
 TEXTS = ["a fine film", "the movie was bad", "good", "bad film"]
@@ -295,7 +295,7 @@ def test_load_refuses_a_config_that_inflates_past_its_limit_or_nests_too_deep(cl
     RecursionError: both are refused by name, reading nothing past the zip's directory for the first."""
     import zipfile
 
-    from kformer.models.safe_state import MAX_JSON_BYTES
+    from kformer.training.safe_state import MAX_JSON_BYTES
 
     classifier.save(tmp_path / "good.keras")
     with zipfile.ZipFile(tmp_path / "good.keras") as good:

@@ -64,7 +64,7 @@ def check_decoding_options(family, token_ids, *, vocabulary_size, source_vocabul
             length_penalty, k, p, temperature, seed, use_cache,
             no_repeat_ngram_size, max_length_ratio, max_length_offset,
             max_word_pieces, slot_token_id, end_at_max_length: as in
-            `kformer.models.generate.generate`.
+            `kformer.generation.search.generate`.
 
     Returns:
         dict of plain Python values: the options the loop reads (`seed`

@@ -1,7 +1,7 @@
 """Batched decoding for `Translator` and `CausalLM`: greedy, beam search, top-k and top-p sampling.
 
 The search lives here; the model is the task's own decoding protocol
-(`kformer.models.generative.GenerativeTask`): `prefill` (the translator
+(`kformer.generation.protocol.GenerativeTask`): `prefill` (the translator
 encodes the source and its cross-attention keys/values once; the language
 model runs the shared prompt prefix in one pass), then `call_with_cache`, one
 token a step through the self-attention caches. Where it applies, the step
@@ -21,13 +21,13 @@ import keras
 import numpy as np
 from keras import ops
 
+from kformer.generation import batching
+from kformer.generation.options import check_decoding_options
+from kformer.generation.protocol import NEG_INF, GenerativeTask
 from kformer.kernels.decoding import PlainDecoder
 from kformer.kernels.slices import traced_for_xla, write_slice
 from kformer.layers.checks import known_index
-from kformer.models import batching
-from kformer.models.decoding_options import check_decoding_options
-from kformer.models.generative import NEG_INF, GenerativeTask
-from kformer.models.safe_state import model_lock
+from kformer.training.safe_state import model_lock
 
 
 

@@ -1,10 +1,12 @@
-"""Training setups the recipes share: warmup + cosine AdamW, and how a BERT pretrainer is compiled.
+"""Training setups the recipes share: warmup + cosine AdamW, the paper's warmup schedule (5.3), and how a
+BERT pretrainer is compiled.
 
 Recipes and benchmarks call these, so a benchmark trains with the recipe's
 optimizer without importing the recipe.
 """
 
 import keras
+from keras import ops
 
 
 def warmup_cosine(peak, steps, warmup_fraction=0.1):
@@ -82,3 +84,41 @@ def compile_bert_pretrainer(model, optimizer, objective="mlm_nsp", jit_compile="
     model.backbone.pooler.trainable = model.nsp_head.trainable = nsp
     model.compile(optimizer, loss={head: losses[head] for head in heads},
                   weighted_metrics={head: ["sparse_categorical_accuracy"] for head in heads}, jit_compile=jit_compile)
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lr = scale * hidden_dim^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper 5.3).
+
+    `step` counts from 1 (the optimizer's iteration + 1); the peak,
+    `scale * (hidden_dim * warmup_steps)^-0.5`, is reached at `warmup_steps`.
+
+    Args:
+        hidden_dim: int. The model width (`d_model`).
+        warmup_steps: int. Linear warmup length. Defaults to `4000`.
+        scale: float. Multiplies the whole schedule. Defaults to `1.0`.
+
+    Example:
+
+    >>> schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
+    >>> round(float(schedule(3999)), 6)  # the peak: 512^-0.5 * 4000^-0.5
+    0.000699
+    """
+
+    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0):
+        if hidden_dim < 1 or warmup_steps < 1 or scale <= 0:
+            raise ValueError(
+                "`hidden_dim` and `warmup_steps` must be >= 1 and `scale` > 0. Received: "
+                f"hidden_dim={hidden_dim}, warmup_steps={warmup_steps}, scale={scale}"
+            )
+        self.hidden_dim = hidden_dim
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        warm = step * float(self.warmup_steps) ** -1.5
+        return self.scale * float(self.hidden_dim) ** -0.5 * ops.minimum(ops.rsqrt(step), warm)
+
+    def get_config(self):
+        return {"hidden_dim": self.hidden_dim, "warmup_steps": self.warmup_steps, "scale": self.scale}

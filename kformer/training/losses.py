@@ -1,5 +1,5 @@
-"""Training objects: the paper's label-smoothed loss (5.4) and warmup schedule (5.3), and a
-sparse cross-entropy and accuracy over large vocabularies that are fast on every backend."""
+"""Losses and metrics: the paper's label-smoothed loss (5.4), and a sparse cross-entropy and accuracy over
+large vocabularies that are fast on every backend."""
 
 import keras
 from keras import ops
@@ -146,41 +146,3 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon, "ignore_id": self.ignore_id}
-
-
-@keras.saving.register_keras_serializable(package="kformer")
-class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """lr = scale * hidden_dim^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper 5.3).
-
-    `step` counts from 1 (the optimizer's iteration + 1); the peak,
-    `scale * (hidden_dim * warmup_steps)^-0.5`, is reached at `warmup_steps`.
-
-    Args:
-        hidden_dim: int. The model width (`d_model`).
-        warmup_steps: int. Linear warmup length. Defaults to `4000`.
-        scale: float. Multiplies the whole schedule. Defaults to `1.0`.
-
-    Example:
-
-    >>> schedule = TransformerSchedule(hidden_dim=512, warmup_steps=4000)
-    >>> round(float(schedule(3999)), 6)  # the peak: 512^-0.5 * 4000^-0.5
-    0.000699
-    """
-
-    def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0):
-        if hidden_dim < 1 or warmup_steps < 1 or scale <= 0:
-            raise ValueError(
-                "`hidden_dim` and `warmup_steps` must be >= 1 and `scale` > 0. Received: "
-                f"hidden_dim={hidden_dim}, warmup_steps={warmup_steps}, scale={scale}"
-            )
-        self.hidden_dim = hidden_dim
-        self.warmup_steps = warmup_steps
-        self.scale = scale
-
-    def __call__(self, step):
-        step = ops.cast(step, "float32") + 1.0
-        warm = step * float(self.warmup_steps) ** -1.5
-        return self.scale * float(self.hidden_dim) ** -0.5 * ops.minimum(ops.rsqrt(step), warm)
-
-    def get_config(self):
-        return {"hidden_dim": self.hidden_dim, "warmup_steps": self.warmup_steps, "scale": self.scale}

@@ -9,13 +9,11 @@ through its layers' `call`s.
 
 from keras import ops
 
-from kformer.models.task import Task
-
 NEG_INF = -1e9  # the logit of a token that must not be chosen
 
 
-class GenerativeTask(Task):
-    """A `Task` that generates tokens through key/value caches (the decoding protocol).
+class GenerativeTask:
+    """The decoding protocol: a mixin for a `kformer.models.Task` that generates tokens through key/value caches.
 
     Subclasses implement `decoder_parts`, `prefill`, `call_with_cache`,
     `call_without_cache`, `repeat_context` and `generated_tokens`, and set
