@@ -15,13 +15,17 @@ implementation decodes exactly N new tokens (no end token is ever emitted:
 its id is masked) from 32 source tokens with an equivalent random-weight
 encoder-decoder (vocabulary 8000, hidden 256, 4 heads, ff 1024, 2 + 2
 layers); tokens/s = batch * N / median time of a whole call after one
-warm-up call that compiles, kformer-cache and keras-hub calls alternating
+warm-up call that compiles, the kformer and keras-hub calls alternating
 (recomputing is timed on its own: `generate` keeps one compiled loop). All
 three loops are `ops.while_loop`s run through a Keras model's
 `predict_on_batch` with `jit_compile=True` on TensorFlow and JAX (eager on
 torch):
 - kformer cache: `kformer.models.generate` (encoder and cross-attention
   keys/values once, one token a step through self-attention caches);
+- kformer readable / kformer plain: the same cached loop with every step
+  through the task's readable `call_with_cache` (`kformer.kernels.decoding.PAYS`
+  emptied) / through the plain-matrix step (`PlainDecoder`, for every family):
+  the measurement that sets `PAYS` (kformer cache is what `generate` does);
 - kformer no cache: `generate(..., use_cache=False)`, the decoder re-run over
   the whole output buffer every step;
 - keras-hub: `TokenAndPositionEmbedding` + `TransformerEncoder` /
@@ -44,8 +48,25 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import provenance  # noqa: E402
 
 SIZES = dict(vocab=8000, hidden=256, heads=4, ff=1024, layers=2, source=32, positions=256)
-IMPLS = ("kformer_cache", "kformer_no_cache", "keras_hub")
+IMPLS = ("kformer_cache", "kformer_plain", "kformer_readable", "kformer_no_cache", "keras_hub")
 HEADER = ["family", "batch", "new_tokens", "impl", "tokens_per_s", "repeats", "error"]
+
+
+def stepping(run, plain):
+    """`run` with every decoding step through the plain-matrix step (`plain`) or the task's readable
+    `call_with_cache` (not `plain`), whatever `PAYS` says."""
+    from kformer.kernels import decoding
+
+    pays = {backend: ("translator", "causal") for backend in ("tensorflow", "jax", "torch")} if plain else {}
+
+    def run_stepping(*args):
+        saved, decoding.PAYS = decoding.PAYS, pays
+        try:
+            return run(*args)
+        finally:
+            decoding.PAYS = saved
+
+    return run_stepping
 
 
 def kformer_runner(n):
@@ -178,11 +199,16 @@ def worker(args):
     for n in args.new_tokens:
         make_kformer, make_hub = RUNNERS[args.family]
         kformer, hub = make_kformer(n), make_hub(n)
+        plain = stepping(make_kformer(n), plain=True) if "kformer_plain" in args.impls else None  # own models,
+        readable = stepping(make_kformer(n), plain=False) if "kformer_readable" in args.impls else None  # own loops
         for batch in args.batch_sizes:
             source = np.random.default_rng(0).integers(3, SIZES["vocab"] - 1,
                                                        (batch, SIZES["source"])).astype("int32")
-            plan = [("kformer_no_cache",), ("kformer_cache", "keras_hub")]
-            runners = {"kformer_cache": (kformer, True), "kformer_no_cache": (kformer, False),
+            plan = [tuple(i for i in group if i in args.impls) for group in
+                    (("kformer_no_cache",), ("kformer_cache", "kformer_plain", "kformer_readable", "keras_hub"))]
+            plan = [group for group in plan if group]
+            runners = {"kformer_cache": (kformer, True), "kformer_plain": (plain, True),
+                       "kformer_readable": (readable, True), "kformer_no_cache": (kformer, False),
                        "keras_hub": (hub, True)}
             for group in plan:
                 times, generated, errors = {i: [] for i in group}, {}, {}
@@ -209,17 +235,20 @@ def worker(args):
 
 
 def table(results):
-    lines = ["| backend | batch | new tokens | kformer cache tok/s | kformer no-cache tok/s | "
-             "keras-hub tok/s | cache / no-cache | kformer / keras-hub |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| backend | batch | new tokens | kformer cache tok/s | plain step tok/s | readable step tok/s | "
+             "kformer no-cache tok/s | keras-hub tok/s | plain / readable | cache / no-cache | kformer / keras-hub |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         keys = sorted({(r["batch"], r["n"]) for r in res["rows"]})
         for batch, n in keys:
             cell = {r["impl"]: r for r in res["rows"] if (r["batch"], r["n"]) == (batch, n)}
             speed = {k: cell.get(k, {}).get("tokens_per_s") for k in IMPLS}
-            fmt = lambda k: f"{speed[k]:.0f}" if speed[k] else f"failed ({cell.get(k, {}).get('error', '-')})"  # noqa: E731
+            fmt = lambda k: f"{speed[k]:.0f}" if speed[k] else (  # noqa: E731
+                f"failed ({cell[k]['error']})" if k in cell else "not run")
             ratio = lambda a, b: f"{speed[a] / speed[b]:.1f}x" if speed[a] and speed[b] else "-"  # noqa: E731
-            lines.append(f"| {res['backend']} | {batch} | {n} | {fmt('kformer_cache')} | "
-                         f"{fmt('kformer_no_cache')} | {fmt('keras_hub')} | "
+            lines.append(f"| {res['backend']} | {batch} | {n} | {fmt('kformer_cache')} | {fmt('kformer_plain')} | "
+                         f"{fmt('kformer_readable')} | {fmt('kformer_no_cache')} | {fmt('keras_hub')} | "
+                         f"{ratio('kformer_plain', 'kformer_readable')} | "
                          f"{ratio('kformer_cache', 'kformer_no_cache')} | {ratio('kformer_cache', 'keras_hub')} |")
     return "\n".join(lines)
 
@@ -230,6 +259,8 @@ def main(argv=None):
     parser.add_argument("--new-tokens", default="64,128")
     parser.add_argument("--batch-sizes", default="1,16")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--impls", default=",".join(IMPLS),
+                        help=f"comma-separated implementations to time (default: all of {', '.join(IMPLS)})")
     parser.add_argument("--family", choices=sorted(RUNNERS), default="translator",
                         help="encoder-decoder translator or decoder-only causal LM")
     parser.add_argument("--results", type=pathlib.Path, default=provenance.results_file("decode_speed.csv"),
@@ -237,6 +268,9 @@ def main(argv=None):
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.backends = args.backends.split(",")
+    args.impls = args.impls.split(",")
+    if set(args.impls) - set(IMPLS):
+        parser.error(f"--impls: unknown {sorted(set(args.impls) - set(IMPLS))}; expected some of {', '.join(IMPLS)}")
     bad = set(args.backends) - {"tensorflow", "jax", "torch"}
     if bad:
         parser.error(f"--backends: unknown {sorted(bad)}; expected tensorflow, jax, torch")
@@ -256,14 +290,15 @@ def main(argv=None):
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
         cmd = [sys.executable, __file__, "--worker", "--new-tokens",
                ",".join(map(str, args.new_tokens)), "--batch-sizes",
-               ",".join(map(str, args.batch_sizes)), "--repeats", str(args.repeats), "--family", args.family]
+               ",".join(map(str, args.batch_sizes)), "--repeats", str(args.repeats), "--family", args.family,
+               "--impls", ",".join(args.impls)]
         out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode or not line:
             sys.exit(f"{backend} worker failed with exit code {out.returncode}")
         results.append(json.loads(line[-1][7:]))
     print(f"{args.family}: median of {args.repeats} calls after a compiling warm-up call "
-          "(kformer-cache and keras-hub calls alternating)")
+          "(the kformer and keras-hub calls alternating)")
     print(table(results))
     for res in results:
         provenance.write_csv(args.results, HEADER, [

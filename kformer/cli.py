@@ -3,6 +3,7 @@
     kformer list [--params]                   the presets (and parameter counts)
     kformer train imdb --epochs 1             a recipe (source checkout: recipes/ and data/)
     kformer predict saved_models/imdb_bigram/1 "A fine film."
+    kformer generate saved_models/gpt_tiny/1 "The movie was"   the text as it comes
     kformer demo saved_models/imdb_bigram/1   try it in the browser (pip install "kformer[demo]")
     kformer export model.keras --output-dir exports/imdb
     kformer check-serving exports/imdb/1      would a stock TF Serving load it? (exit 1 if not)
@@ -27,7 +28,8 @@ from kformer import __version__, runtime
 # library never imports recipes/: they are scripts of the source checkout, run in their own process.
 RECIPES = {"imdb": "train_imdb", "translator": "train_translator", "bert": "pretrain_mini_bert",
            "vit": "train_vit", "gpt": "train_gpt", "speech": "train_speech"}
-COMMANDS = ("list", "train", "predict", "demo", "export", "check-serving")
+COMMANDS = ("list", "train", "predict", "generate", "demo", "export", "check-serving")
+SAMPLERS = ("greedy", "top_k", "top_p")  # `kformer generate --sampler` (streamed: one token a step, no beams)
 _VERBOSE_FLAGS = ("-v", "--verbose")
 
 
@@ -76,6 +78,20 @@ def _parser():
     predict.add_argument("--max-length", type=_positive_int, default=None,
                          help="translation / generation length (an integer >= 1)")
     predict.set_defaults(run=_predict)
+    generate = sub.add_parser("generate", help="continue a prompt (language model) or translate a text, "
+                              "writing the text as it is generated")
+    generate.add_argument("path", help="a recipe's version folder or a .keras file of a CausalLM or Translator")
+    generate.add_argument("text", help="the prompt, or the text to translate")
+    generate.add_argument("--max-length", type=_positive_int, default=None,
+                          help="most tokens: a translation's, or a continuation's with its prompt (default: "
+                               "the model's generation config)")
+    generate.add_argument("--sampler", choices=SAMPLERS, default=None,
+                          help="how each token is chosen (default: the model's generation config)")
+    generate.add_argument("--top-k", type=_positive_int, default=50, help="top_k: tokens sampled from (default 50)")
+    generate.add_argument("--top-p", type=_probability, default=0.9, help="top_p: the mass sampled from (default 0.9)")
+    generate.add_argument("--temperature", type=_positive_float, default=1.0, help="sampling temperature (default 1)")
+    generate.add_argument("--seed", type=_non_negative_int, default=None, help="sampling seed (same seed, same text)")
+    generate.set_defaults(run=_generate)
     demo = sub.add_parser("demo", help="try a saved task in the browser: a web page on this machine "
                           "(pip install \"kformer[demo]\")")
     demo.add_argument("path", help="a recipe's version folder or a .keras file")
@@ -111,6 +127,37 @@ def _positive_int(text):
     if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def _non_negative_int(text):
+    """`--seed`: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _number(text, ok, expected):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def _probability(text):
+    """`--top-p`: a number in (0, 1]."""
+    return _number(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def _positive_float(text):
+    """`--temperature`: a finite number > 0."""
+    return _number(text, lambda v: 0 < v < float("inf"), "a finite number > 0")
 
 
 def _port(text):
@@ -231,6 +278,48 @@ def _predict(parser, args):
     for given, answer in zip(args.inputs, answers):
         print(json.dumps({"input": _shown(given), "output": answer}, ensure_ascii=False))
     return 0
+
+
+def _generate(parser, args):
+    from kformer.generation import GreedySampler, TopKSampler, TopPSampler
+    from kformer.generation.streaming import TextStreamer
+
+    task = _load(parser, args.path)
+    if task.task_type not in ("translation", "text_generation") or getattr(task, "preprocessor", None) is None:
+        parser.error(f"path: {args.path} holds a {type(task).__name__}"
+                     f"{'' if getattr(task, 'preprocessor', None) is not None else ' without a preprocessor'}; "
+                     "`kformer generate` takes a CausalLM or Translator with its preprocessor")
+    _check_texts(parser, [args.text])
+    config = task.generation_config
+    if args.max_length is not None:
+        config = config.replace(max_length=args.max_length, max_new_tokens=None)
+    sampler = {"greedy": GreedySampler(), "top_k": TopKSampler(k=args.top_k, temperature=args.temperature),
+               "top_p": TopPSampler(p=args.top_p, temperature=args.temperature), None: config.sampler}[args.sampler]
+    if hasattr(sampler, "num_beams"):  # a checkpoint's beam search: its beams change their past, no stream
+        sampler = GreedySampler()
+    config = config.replace(sampler=sampler, seed=args.seed)
+    preprocessor = task.preprocessor
+    try:
+        if task.task_type == "translation":
+            ids = preprocessor.encode([args.text])["encoder_token_ids"]
+            streamer = TextStreamer(lambda t: preprocessor.detokenize([t], [args.text])[0], _write)
+            out = task.generate(ids, config, streamer=streamer)
+            streamer.end(preprocessor.detokenize(out, [args.text])[0])
+        else:
+            ids = preprocessor.prompt_ids([args.text])
+            prompt = [int(i) for i in ids[0] if i]
+            _write(preprocessor.detokenize([prompt])[0])
+            streamer = TextStreamer(lambda t: preprocessor.detokenize([t])[0], _write, prefix=prompt)
+            out = task.generate(ids, config, streamer=streamer)
+            streamer.end(preprocessor.detokenize(out)[0][len(preprocessor.detokenize([prompt])[0]):])
+    except ValueError as err:  # a prompt too long for --max-length, ...
+        parser.error(f"text: {err}")
+    return 0
+
+
+def _write(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _answers(parser, task, kind, inputs, length):

@@ -15,9 +15,12 @@ transcript out (speech recognizers). The page is built with Gradio
 font or script fetched from the internet.
 """
 
+import inspect
 import json
 import os
 import pathlib
+import queue
+import threading
 import time
 
 INSTALL_HINT = 'pip install "kformer[demo]"'
@@ -243,13 +246,51 @@ def _describe(task, hint, metrics):
 
 
 def _shown_errors(gr, fn):
-    """`fn`, with a ValueError (an input the model refuses) shown on the page as its message."""
+    """`fn`, with a ValueError (an input the model refuses) shown on the page as its message (a generator
+    `fn`, whose page shows each value it yields, stays one)."""
+    if inspect.isgeneratorfunction(fn):
+        def answers(*inputs):
+            try:
+                yield from fn(*inputs)
+            except ValueError as err:
+                raise gr.Error(str(err)) from err
+        return answers
+
     def answer(*inputs):
         try:
             return fn(*inputs)
         except ValueError as err:
             raise gr.Error(str(err)) from err
     return answer
+
+
+def _streamed(run, text_of):
+    """Yield the text so far while `run(streamer)` decodes in a thread, then its result's first text.
+
+    `streamer` collects row 0's tokens (to its first 0: the row ended); `text_of(tokens)` is their text."""
+    updates, tokens, outcome = queue.Queue(), [], {}
+
+    def streamer(step):
+        token = int(step[0])
+        if token and (not tokens or tokens[-1]):
+            tokens.append(token)
+            updates.put(text_of(list(tokens)))
+        elif tokens and tokens[-1]:
+            tokens.append(0)  # ended: later steps are 0 too
+
+    def target():
+        try:
+            outcome["result"] = run(streamer)
+        except Exception as err:  # raised again below, in the page's thread
+            outcome["error"] = err
+        updates.put(None)
+
+    threading.Thread(target=target, daemon=True).start()
+    while (text := updates.get()) is not None:
+        yield text
+    if "error" in outcome:
+        raise outcome["error"]
+    yield outcome["result"][0]
 
 
 def _text(value, what="some text"):
@@ -301,10 +342,14 @@ def _translation(task, gr):
 def _text_generation(task, gr):
     longest = int(task.preprocessor.sequence_length)
 
-    def answer(prompt, length):
-        return task.generate([_text(prompt, "a prompt")], max_length=int(length))[0]
+    def answer(prompt, length):  # a generator: the page shows the text as it comes
+        prompt = _text(prompt, "a prompt")
+        ids = [int(i) for i in task.preprocessor.prompt_ids([prompt])[0] if i]
+        yield from _streamed(lambda streamer: task.generate([prompt], max_length=int(length), streamer=streamer),
+                             lambda tokens: task.preprocessor.detokenize([ids + tokens])[0])
 
-    return {"fn": answer, "hint": "Type the start of a text: the model continues it (greedy decoding).",
+    return {"fn": answer, "hint": "Type the start of a text: the model continues it (greedy decoding), "
+                                  "shown as it comes.",
             "inputs": [gr.Textbox(elem_id="kformer-input", label="Prompt", lines=3, placeholder="The movie was"),
                        gr.Slider(2, longest, value=min(48, longest), step=1, label="Length in tokens, prompt included")],
             "outputs": gr.Textbox(elem_id="kformer-output", label="Continuation", lines=5), "submit": "Continue",

@@ -55,7 +55,7 @@ def continuations(model, length, **options):
     its first ones, for room to generate (`generate` of strings refuses such a prompt; these are fixed)."""
     preprocessor = model.preprocessor
     ids = preprocessor.prompt_ids(PROMPTS, max_tokens=max(1, length - 1))
-    return preprocessor.detokenize(model.generate(ids, max_length=length, end_token_id=preprocessor.end_token_id,
+    return preprocessor.detokenize(model.generate(ids, max_length=length, stop_token_ids=preprocessor.end_token_id,
                                                   **options))
 
 
@@ -173,7 +173,7 @@ def main(argv=None):
     ood_windows = lm.packed_windows(preprocessor, tatoeba_english())  # as the validation windows, not cached
     ood_loss, _ = model.evaluate(lm.windows_dataset(ood_windows, args.batch_size), verbose=0)
     greedy = continuations(model, args.sample_length)  # one batch: one compiled loop
-    sampled = continuations(model, args.sample_length, strategy="top_p", p=0.9, seed=args.seed)
+    sampled = continuations(model, args.sample_length, sampler=models.TopPSampler(p=0.9), seed=args.seed)
     samples = [{"prompt": p, "greedy": g, "top_p": s} for p, g, s in zip(PROMPTS, greedy, sampled)]
     metrics = {
         "validation_perplexity": round(math.exp(val_loss), 2), "validation_loss": float(val_loss),
@@ -188,7 +188,7 @@ def main(argv=None):
     card = dict(recipe="train_gpt", dataset="IMDB unlabeled reviews", limits=LIMITS, ood=OOD)
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
-        export_options={"max_length": args.sample_length}, log=work_dir / "training_log.csv",
+        export_options={"generation": model.generation_config.replace(max_length=args.sample_length)}, log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_attention(model, [greedy[0]], layer=-1),
         expert_load=(lambda: viz.plot_expert_load(model)) if model.experts else None))
     print(f"validation perplexity: {metrics['validation_perplexity']} on {len(val_texts)} reviews; "

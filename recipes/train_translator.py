@@ -79,18 +79,21 @@ SCRATCH_DECODING = {"num_beams": 4, "no_repeat_ngram_size": 3, "max_length_ratio
 
 
 def decoding(args, model):
-    """The test translations' and the export's decoding options: the flags given (all of them with a --preset),
-    and, with --from-pretrained, the checkpoint's generation config for the rest -> (`translate` options, the
-    effective settings for metrics and the model card)."""
+    """The test translations' and the export's `GenerationConfig`: the flags given (all of them with a
+    --preset) on the model's own (with --from-pretrained, the checkpoint's generation config) -> (config,
+    the effective settings for metrics and the model card)."""
     given = {name: getattr(args, name) for name in SCRATCH_DECODING if getattr(args, name) is not None}
     if "max_length_ratio" in given:
         given["max_length_ratio"] = given["max_length_ratio"] or None  # 0: off
         given["max_length_offset"] = args.max_length_offset
-    if "num_beams" in given:
-        given["strategy"] = "beam" if given["num_beams"] > 1 else "greedy"
-    defaults = dict(getattr(model.preprocessor, "decoding_defaults", None) or {})
-    effective = {"num_beams": 1, "no_repeat_ngram_size": 0, "max_length_ratio": None, **defaults, **given}
-    return given, effective
+    beams = given.pop("num_beams", None)
+    if beams is not None:
+        given["sampler"] = models.BeamSampler(num_beams=beams) if beams > 1 else models.GreedySampler()
+    config = model.generation_config.replace(**given)
+    effective = {"num_beams": getattr(config.sampler, "num_beams", 1),
+                 "no_repeat_ngram_size": config.no_repeat_ngram_size, "max_length_ratio": config.max_length_ratio,
+                 "max_length_offset": config.max_length_offset}
+    return config, effective
 
 
 def parse_args(argv=None):
@@ -277,9 +280,9 @@ def main(argv=None):
     import sacrebleu
 
     start = time.time()
-    options, effective = decoding(args, model)
+    generation, effective = decoding(args, model)
     everything = test_sources + [s for k in ood for s in ood[k][0]]  # one call: batched by length together
-    translated = model.translate(everything, **options)
+    translated = model.translate(everything, generation)
     hypotheses, ood_hypotheses, offset = translated[:len(test_sources)], {}, len(test_sources)
     for k in ood:
         ood_hypotheses[k], offset = translated[offset:offset + len(ood[k][0])], offset + len(ood[k][0])
@@ -331,9 +334,10 @@ def main(argv=None):
                               f"in fewer than {args.ood_min_count} training pairs, held out of training"})
     run_dir = common.finish(args, name, work_dir, common.version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card,
-        export_options={"num_beams": max(4, effective["num_beams"]), "xla": args.serving_xla,
-                        **{k: options[k] for k in ("no_repeat_ngram_size", "max_length_ratio", "max_length_offset")
-                           if k in options}},
+        export_options={"generation": generation.replace(sampler=models.BeamSampler(
+                            num_beams=max(4, effective["num_beams"]),
+                            length_penalty=getattr(generation.sampler, "length_penalty", 0.6))),
+                        "xla": args.serving_xla},
         log=work_dir / "training_log.csv",
         attention=lambda: viz.plot_attention(model, [test_sources[example]], targets=[hypotheses[example]],
                                              layer=-1, attention="cross")))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kformer import cli, demo, models
-from kformer.data.preprocessors import ImageClassifierPreprocessor, TextClassifierPreprocessor
+from kformer.data.preprocessors import CausalLMPreprocessor, ImageClassifierPreprocessor, TextClassifierPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]", "a", "fine", "film", "dull", "."]
@@ -41,10 +41,15 @@ class FakeTranslator:
         return [text.upper() for text in texts]
 
 
-class FakeLM:
-    task_type, preprocessor = "text_generation", types.SimpleNamespace(sequence_length=16)
+class FakeLM:  # ids are word numbers: the prompt's 1, 2, ..., then 7, 8, 9 streamed, then 0 (ended)
+    task_type = "text_generation"
+    preprocessor = types.SimpleNamespace(sequence_length=16,
+                                         prompt_ids=lambda texts: np.array([[1, 2, 0]]),
+                                         detokenize=lambda rows: [" ".join(f"w{i}" for i in row) for row in rows])
 
-    def generate(self, prompts, max_length=None):
+    def generate(self, prompts, max_length=None, streamer=None):
+        for token in (7, 8, 9, 0, 0):
+            streamer(np.array([token], "int32"))
         return [f"{prompt} ... ({max_length} tokens)" for prompt in prompts]
 
 
@@ -68,7 +73,8 @@ def test_each_task_kind_gets_its_page():
     gr = gradio()
     assert demo.build(FakeTranslator()).fn("hola") == "HOLA"
     page = demo.build(FakeLM())
-    assert page.fn("The film", 12) == "The film ... (12 tokens)"
+    assert list(page.fn("The film", 12)) == ["w1 w2 w7", "w1 w2 w7 w8", "w1 w2 w7 w8 w9",
+                                             "The film ... (12 tokens)"]  # as it comes, then the result
     assert page.input_components[1].maximum == 16  # the slider stops at the preprocessor's length
     assert demo.build(FakeFillMask()).fn("It was [MASK].") == [[1, "good", 0.5], [1, "bad", 0.25]]
     with pytest.raises(gr.Error, match=r"Put \[MASK\] where a word should be guessed"):
@@ -95,6 +101,15 @@ def test_classifier_pages_show_the_models_probabilities():
     shown = demo.build(vit).fn(image)
     assert max(shown, key=shown.get) == vit.predict_labels([image])[0]
     assert sum(shown.values()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_text_generation_page_shows_the_text_as_it_comes():
+    gradio()
+    lm = models.causal_lm(preset="gpt_tiny", preprocessor=CausalLMPreprocessor(WordPieceTokenizer(VOCABULARY), 16))
+    shown = list(demo.build(lm).fn("a fine", 9))
+    assert shown[-1] == lm.generate(["a fine"], max_length=9)[0]  # the result last
+    assert len(shown) >= 2 and shown[-2] == shown[-1]  # the last streamed text is the result's
+    assert all(text.startswith("a fine") for text in shown)
 
 
 def test_tasks_without_a_page_are_refused_naming_why():

@@ -18,11 +18,11 @@ import tempfile
 import keras
 
 from kformer.export import warmup
+from kformer.export.decoding import check_export_options
 from kformer.export.preprocessing import default_preprocessor
 from kformer.export.signatures import SIGNATURES, signature_set
 from kformer.export.versioning import write_new_version
 from kformer.export.worker import write_in_tensorflow
-from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, check_export_options
 from kformer.models.postprocess import check_top_k
 
 
@@ -56,10 +56,8 @@ def export_for_serving(task, export_dir, *, version=None, **options):
                              argument="export_dir")
 
 
-def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, class_names=None,
-                     model_name=None, warmup_requests=True, top_p=0.9, temperature=1.0, no_repeat_ngram_size=None,
-                     xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None,
-                     max_word_pieces=TRANSLATE_MAX_WORD_PIECES):
+def save_for_serving(task, directory, *, generation=None, top_k=5, class_names=None, model_name=None,
+                     warmup_requests=True, xla=False, max_image_pixels=None, **legacy):
     """Write a SavedModel with the task's raw-input signatures into `directory` (empty or new).
 
     Args:
@@ -68,28 +66,21 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
             preprocessor (image tasks without one get a resizing preprocessor
             for their input size).
         directory: path. Empty or new.
-        max_length: int. Translation: most generated tokens; text
-            generation: total length, prompt included (default: the
-            preprocessor's `sequence_length`).
-        num_beams: int. Translation: beam width of `translate_beam`. Defaults to `4`.
+        generation: a `kformer.generation.GenerationConfig` (translation and
+            text generation): what every decoding signature runs, with the
+            signature's sampler: greedy for `serving_default` /
+            `translate_xla`; the config's `BeamSampler` (else
+            `BeamSampler()`, 4 beams) for `translate_beam`; its top-k or
+            top-p sampler (else `TopPSampler(p=0.9)`) for
+            `generate_sample`. Defaults to `task.generation_config`, so the
+            served translations and completions are `translate`'s and
+            `generate`'s. `seed`, `strip_prompt` and
+            `num_return_sequences` are the request's.
         top_k: int. Fill-mask: candidates per `[MASK]`. Defaults to `5`.
-        top_p, temperature: floats. Text generation: the nucleus mass and
-            temperature of the `generate_sample` signature. Default `0.9`, `1.0`.
-        no_repeat_ngram_size: int. Translation and text generation: no
-            n-gram is generated twice in a row's output (`0`: off; see
-            `kformer.models.generate`). Defaults to `None`: 3 for translation
-            (as `Translator.translate`), off for text generation.
-        max_length_ratio, max_length_offset: Translation: row `i` stops after
-            `floor(max_length_ratio * n_i) + max_length_offset` tokens, `n_i`
-            its source length (see `kformer.models.generate`). Defaults
-            `None` (off: `max_length`), `10`.
-        max_word_pieces: int or None. Translation: no word of a translation
-            has more WordPiece pieces (`##` continuations after the piece
-            that starts it), in every translation signature (see
-            `kformer.models.generate`). Defaults to `Translator.translate`'s
-            default (`kformer.generation.options.TRANSLATE_MAX_WORD_PIECES`),
-            so the served translations are `translate`'s; `None` or `0`: off.
-            Other task types must keep the default.
+        **legacy: 0.2's decoding keywords (`max_length`, `num_beams`,
+            `top_p`, `temperature`, `no_repeat_ngram_size`,
+            `max_length_ratio`, `max_length_offset`, `max_word_pieces`),
+            applied to `generation` with a DeprecationWarning until 0.3.
         xla: bool. Translation: also write `translate_xla`, greedy decoding
             with the loop compiled by XLA (faster on a CPU: docs/decisions.md,
             "Why `translate_xla` is opt-in"). TF Serving runs it
@@ -117,9 +108,8 @@ def save_for_serving(task, directory, *, max_length=None, num_beams=4, top_k=5, 
     >>> (path / "saved_model.pb").is_file()
     True
     """
-    preprocessor, options = _options(task, max_length, num_beams, top_k, class_names, model_name,
-                                     top_p, temperature, no_repeat_ngram_size, xla, max_length_ratio,
-                                     max_length_offset, max_image_pixels, max_word_pieces)
+    preprocessor, options = _options(task, generation, legacy, top_k=top_k, class_names=class_names,
+                                     model_name=model_name, xla=xla, max_image_pixels=max_image_pixels)
     directory = pathlib.Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"`directory` must be an empty folder or a new path. Received: {directory} "
@@ -143,23 +133,13 @@ def _write_in_tensorflow_process(task, options, directory):
         write_in_tensorflow(stage, directory)
 
 
-def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p, temperature,
-             no_repeat_ngram_size, xla=False, max_length_ratio=None, max_length_offset=10, max_image_pixels=None,
-             max_word_pieces=TRANSLATE_MAX_WORD_PIECES):
+def _options(task, generation, legacy, *, top_k, class_names, model_name, xla, max_image_pixels):
     task_type = getattr(task, "task_type", None)
     if task_type not in SIGNATURES:
         raise ValueError("`task` must be a kformer task model with serving signatures "
                          f"({', '.join(sorted(SIGNATURES))}). Received: {type(task).__name__}")
     preprocessor = default_preprocessor(task)
     task.validate_preprocessor(preprocessor)
-    defaults = getattr(preprocessor, "decoding_defaults", None) if task_type == "translation" else None
-    if defaults:  # a checkpoint's generation config (Marian): its length and beams, not the from-scratch guards
-        max_length = defaults.get("max_length") if max_length is None else max_length
-        num_beams = defaults.get("num_beams", num_beams) if num_beams == 4 else num_beams
-        if no_repeat_ngram_size is None:
-            no_repeat_ngram_size = defaults.get("no_repeat_ngram_size")
-        if max_word_pieces == TRANSLATE_MAX_WORD_PIECES:
-            max_word_pieces = defaults.get("max_word_pieces", max_word_pieces)
     if xla and task_type == "translation" and not getattr(preprocessor, "tokenizes_in_core_tensorflow", True):
         raise ValueError(f"`xla=True` (the translate_xla signature) takes text, but this task's "
                          f"{type(preprocessor).__name__} tokenizes outside TensorFlow: its SavedModel takes token "
@@ -184,15 +164,7 @@ def _options(task, max_length, num_beams, top_k, class_names, model_name, top_p,
     elif max_image_pixels is not None:
         raise ValueError(f"`max_image_pixels` is for image classification. Received: "
                          f"max_image_pixels={max_image_pixels!r} for a {task_type} task")
-    limit = task.decoding_limits()["position_limit"] if task_type == "text_generation" else None
-    options.update(check_export_options(
-        task_type, sequence_length=preprocessor.sequence_length, position_limit=limit, max_length=max_length,
-        num_beams=num_beams, top_p=top_p, temperature=temperature, no_repeat_ngram_size=no_repeat_ngram_size,
-        xla=xla, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset,
-        max_word_pieces=max_word_pieces))
-    for name in ("length_penalty", "end_at_max_length"):  # a checkpoint's, as `translate` decodes
-        if defaults and name in defaults:
-            options[name] = defaults[name]
+    options.update(check_export_options(task, preprocessor, generation, legacy, xla=xla))
     options["signatures"] = signature_set(task_type, preprocessor)
     if task_type == "fill_mask":
         options["top_k"] = check_top_k(top_k, preprocessor.tokenizer.vocabulary_size)  # as `fill_mask`

@@ -54,20 +54,29 @@ def classify_text(task, preprocessor, options):
     return classify
 
 
+def signature_config(options, strategy):
+    """The `GenerationConfig` a decoding signature runs: the export's (`options["generation"]`) with the
+    signature's sampler: greedy for `translate` / `generate`; the config's `BeamSampler` (else
+    `BeamSampler()`) for `translate_beam`; its top-k / top-p sampler (else `TopPSampler()`) for
+    `generate_sample`."""
+    from kformer.generation import BeamSampler, GenerationConfig, GreedySampler, TopKSampler, TopPSampler
+
+    config = GenerationConfig.from_dict(options["generation"])
+    sampler = config.sampler
+    if strategy == "greedy":
+        sampler = GreedySampler()
+    elif strategy == "beam":
+        sampler = sampler if isinstance(sampler, BeamSampler) else BeamSampler()
+    elif not isinstance(sampler, (TopKSampler, TopPSampler)):
+        sampler = TopPSampler()
+    return config.replace(sampler=sampler, seed=None, strip_prompt=False, num_return_sequences=1)
+
+
 def _translation_loop(task, preprocessor, options, strategy, jit_compile=False):
     """The export's decoding loop of a translator: source ids `(batch, width)` -> generated ids."""
     from kformer.generation.search import decode_function
 
-    return decode_function(task, strategy=strategy, max_length=options["max_length"],
-                           num_beams=options["num_beams"], length_penalty=options.get("length_penalty", 0.6),
-                           end_at_max_length=options.get("end_at_max_length", False),
-                           start_token_id=preprocessor.start_token_id,
-                           end_token_id=preprocessor.end_token_id,
-                           no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0),
-                           max_length_ratio=options.get("max_length_ratio"),
-                           max_length_offset=options.get("max_length_offset", 10),
-                           max_word_pieces=options.get("max_word_pieces"),
-                           slot_token_id=preprocessor.number_slot_id, xla=jit_compile)
+    return decode_function(task, signature_config(options, strategy), xla=jit_compile)
 
 
 def translate(strategy, jit_compile=False):
@@ -122,10 +131,7 @@ def _continue(task, preprocessor, options, strategy):
     from kformer.generation.search import decode_function
 
     max_length = options["max_length"]
-    decode = decode_function(task, strategy=strategy, max_length=max_length,
-                             end_token_id=preprocessor.end_token_id, p=options["top_p"],
-                             temperature=options["temperature"],
-                             no_repeat_ngram_size=options.get("no_repeat_ngram_size", 0))
+    decode = decode_function(task, signature_config(options, strategy))
 
     def run(ids, seed=None):
         noise = None

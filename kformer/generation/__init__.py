@@ -1,13 +1,18 @@
-"""Generation: the decoding protocol a task implements, the options it checks, and the search that runs them.
+"""Generation: one `GenerationConfig`, sampler objects, the protocol a task implements, and the search.
 
-`protocol` is what a generative task implements (`GenerativeTask`: `prefill`,
-`call_with_cache`); `options` checks decoding settings; `search` is the loop
-(greedy, beam search, top-k and top-p sampling) behind `Translator.generate`,
-`CausalLM.generate` and the SavedModel export; `batching` pads batches to the
-few shapes XLA compiles.
+`config` holds every decoding setting (`GenerationConfig`, checked once);
+`samplers` choose the next token (`GreedySampler`, `BeamSampler`,
+`TopKSampler`, `TopPSampler`, or your own `Sampler`); `protocol` is what a
+generative task implements (`GenerativeTask`: `prefill`, `call_with_cache`);
+`search` is the loop behind `Translator.generate`, `CausalLM.generate` and
+the SavedModel export; `streaming` hands each step's tokens to Python;
+`batching` pads batches to the few shapes XLA compiles.
 """
 
+from kformer.generation.config import GenerationConfig
 from kformer.generation.protocol import GenerativeTask
+from kformer.generation.samplers import BeamSampler, GreedySampler, Sampler, TopKSampler, TopPSampler
 from kformer.generation.search import decode_function, generate
 
-__all__ = ["GenerativeTask", "decode_function", "generate"]
+__all__ = ["BeamSampler", "GenerationConfig", "GenerativeTask", "GreedySampler", "Sampler", "TopKSampler",
+           "TopPSampler", "decode_function", "generate"]

@@ -9,7 +9,8 @@ through its layers' `call`s.
 
 from keras import ops
 
-NEG_INF = -1e9  # the logit of a token that must not be chosen
+from kformer.generation.config import GenerationConfig
+from kformer.generation.samplers import NEG_INF  # noqa: F401  (the search reads it here)
 
 
 class GenerativeTask:
@@ -19,7 +20,8 @@ class GenerativeTask:
     `call_without_cache`, `repeat_context` and `generated_tokens`, and set
     `decoding_family` (`"translator"`: a source in, `[START]` first;
     `"causal"`: a prompt continued). `generate` checks its arguments against
-    `decoding_limits()`.
+    `decoding_limits()`. `generation_config` is the task's default
+    `GenerationConfig` (saved with the model when one is set).
 
     Example:
 
@@ -32,13 +34,47 @@ class GenerativeTask:
     decoding_family = None
     padding_id = 0  # the id that pads token ids; never generated (a `Translator` of a checkpoint may set another)
 
+    @property
+    def generation_config(self):
+        """The `GenerationConfig` `generate` starts from: the one set (`task.generation_config = ...`, a
+        constructor's `generation_config`, a checkpoint's), else `default_generation_config()`."""
+        stored = getattr(self, "_generation_config", None)
+        return stored if stored is not None else self.default_generation_config()
+
+    @generation_config.setter
+    def generation_config(self, config):
+        self._set_generation_config(config)
+
+    def _set_generation_config(self, config):
+        """Set the task's `GenerationConfig` (a config, its dict, or None: `default_generation_config()`); a
+        constructor calls this, not the property (TensorFlow's attribute tracking reads a property first)."""
+        if isinstance(config, dict):
+            config = GenerationConfig.from_dict(config)
+        if config is not None and not isinstance(config, GenerationConfig):
+            raise ValueError("`generation_config` must be a `kformer.generation.GenerationConfig`, its dict, or "
+                             f"None. Received: generation_config={config!r}")
+        self._generation_config = config
+
+    def default_generation_config(self):
+        """The task's `GenerationConfig` when none is set (from its preprocessor where it has one)."""
+        return GenerationConfig()
+
+    def get_config(self):
+        config = super().get_config()
+        stored = getattr(self, "_generation_config", None)
+        config["generation_config"] = None if stored is None else stored.to_dict()
+        return config
+
     def decoder_parts(self):
         """`(embedding, blocks, final_norm or None, output_projection or None)`: the layers a decoding step runs
         (the output projection is None when it is the embedding's table, transposed)."""
         raise NotImplementedError
 
-    def prefill(self, token_ids, max_length, start_token_id, use_cache):
+    def prefill(self, token_ids, max_length, start_ids, use_cache):
         """The state before the first generated token: `(tokens, prompt, start, cache, context, logits)`.
+
+        `start_ids`: a translator's decoder start token and forced ids (a
+        tuple; a language model's is empty: its prompt is `token_ids`).
 
         `tokens` int `(batch, length)` is the buffer the loop writes, `prompt`
         bool `(batch, length)` marks positions forced to the given tokens,

@@ -14,6 +14,7 @@ XLA-compiled on TensorFlow and JAX, eager on torch, once per setting.
 
 import collections
 import contextlib
+import dataclasses
 import threading
 import weakref
 
@@ -21,30 +22,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from kformer.generation import batching
-from kformer.generation.options import check_decoding_options
+from kformer.generation import batching, streaming
+from kformer.generation.config import GenerationConfig
 from kformer.generation.protocol import NEG_INF, GenerativeTask
 from kformer.kernels.decoding import PlainDecoder
 from kformer.kernels.slices import traced_for_xla, write_slice
 from kformer.layers.checks import known_index
 from kformer.training.safe_state import model_lock
 
-
-
-def filter_logits(logits, strategy, k, p, temperature):
-    """Temperature, then keep the top `k` logits or the top-`p` probability mass."""
-    logits = logits / temperature
-    if strategy == "top_k":
-        kth = ops.top_k(logits, k)[0][:, -1:]
-        return ops.where(logits < kth, NEG_INF, logits)
-    if strategy == "top_p":
-        sorted_logits = ops.top_k(logits, ops.shape(logits)[-1])[0]
-        probs = ops.softmax(sorted_logits, axis=-1)
-        before = ops.cumsum(probs, axis=-1) - probs  # mass strictly above each token
-        kept = ops.where(before < p, sorted_logits, 1e9)
-        cutoff = ops.min(kept, axis=-1, keepdims=True)
-        return ops.where(logits < cutoff, NEG_INF, logits)
-    return logits
 
 
 def ban_repeated_ngrams(logits, tokens, t, n):
@@ -168,33 +153,52 @@ def ban_slots(logits, tokens, required, slot, end):
 
 def _slots_required(inputs, c):
     """Translator with `slot_token_id`: how many slots each source holds `(batch,)`, else None."""
-    if c.get("slot_token_id") is None:
+    if c.slot_token_id is None:
         return None
-    return ops.sum(ops.cast(ops.equal(inputs, c["slot_token_id"]), "int32"), axis=1)
+    return ops.sum(ops.cast(ops.equal(inputs, c.slot_token_id), "int32"), axis=1)
 
 
-def _ban(logits, tokens, t, c, required=None):
-    """The logits (or log-probabilities) at position `t` after this call's bans: the padding id, never generated
-    (transformers' `bad_words_ids` of a Marian checkpoint), then `no_repeat_ngram_size`, `max_word_pieces`,
-    slots, and `end_at_max_length` (only `end_token_id` at the last position, scored 0)."""
-    logits = logits + c["padding_bias"]  # NEG_INF at the padding id, else 0
-    if c["no_repeat_ngram_size"]:
-        logits = ban_repeated_ngrams(logits, tokens, t, c["no_repeat_ngram_size"])
-    if c.get("max_word_pieces"):
-        logits = ban_long_words(logits, tokens, t, c["max_word_pieces"], c["word_kinds"])
+def penalize_repetitions(logits, tokens, t, penalty):
+    """Logits `(batch, vocab)` for position `t` with every token already in `tokens[:, :t]` penalized (CTRL,
+    transformers' `repetition_penalty`): divided by `penalty` where positive, multiplied where negative."""
+    rows = ops.broadcast_to(ops.arange(ops.shape(tokens)[0])[:, None], ops.shape(tokens))
+    indices = ops.reshape(ops.stack([rows, tokens], axis=-1), (-1, 2))
+    before = ops.broadcast_to(ops.arange(ops.shape(tokens)[1])[None, :] < t, ops.shape(tokens))
+    seen = ops.scatter_update(ops.zeros_like(logits), indices, ops.reshape(ops.cast(before, logits.dtype), (-1,)),
+                              reduction="add") > 0
+    return ops.where(seen, ops.where(logits > 0, logits / penalty, logits * penalty), logits)
+
+
+def _ban(logits, tokens, t, c, rows, required=None):
+    """The logits (or log-probabilities) at position `t` after this call's rules, in transformers' order:
+    `repetition_penalty`, the banned ids (the padding id, `bad_token_ids`, `suppress_token_ids`: one bias row),
+    `begin_suppress_token_ids` at each row's first generated position, `no_repeat_ngram_size`,
+    `max_word_pieces`, slots, and `end_at_max_length` (only the end token at the last position, scored 0).
+    `rows`: the loop's constants (`_constants`)."""
+    if c.repetition_penalty != 1.0:
+        logits = penalize_repetitions(logits, tokens, t, c.repetition_penalty)
+    logits = logits + rows["ban_bias"]  # NEG_INF at each banned id, else 0
+    if c.begin_suppress_token_ids:
+        first = ops.equal(rows["first_position"], t)[:, None]  # (batch, 1): the row's first generated token
+        logits = logits + ops.where(first, rows["begin_bias"], 0.0)
+    if c.no_repeat_ngram_size:
+        logits = ban_repeated_ngrams(logits, tokens, t, c.no_repeat_ngram_size)
+    if c.max_word_pieces:
+        logits = ban_long_words(logits, tokens, t, c.max_word_pieces, rows["word_kinds"])
     if required is not None:
-        logits = ban_slots(logits, tokens, required, c["slot_token_id"], c["end_token_id"])
-    if c["end_at_max_length"]:
-        logits = _branch(t + 1 >= ops.shape(tokens)[1], lambda: ops.zeros_like(logits) + c["end_only"],
+        logits = ban_slots(logits, tokens, required, c.slot_token_id, c.stop_token_ids[0])
+    if c.end_at_max_length:
+        logits = _branch(t + 1 >= ops.shape(tokens)[1], lambda: ops.zeros_like(logits) + rows["end_only"],
                          lambda: logits)
     return logits
 
 
-def sample(logits, uniform):
-    """Inverse-CDF draw from softmax(logits) with given uniforms `(batch,)`."""
-    cdf = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)
-    index = ops.sum(ops.cast(cdf < uniform[:, None], "int32"), axis=-1)
-    return ops.minimum(index, ops.shape(logits)[-1] - 1)
+def _stops(word, c):
+    """Whether each token of `word` `(...)` is one of the stop ids (bool like `word`)."""
+    stopped = ops.zeros_like(word, "bool")
+    for stop in c.stop_token_ids:  # a few ids: one compare each
+        stopped = ops.logical_or(stopped, ops.equal(word, stop))
+    return stopped
 
 
 def _known(t):
@@ -221,7 +225,7 @@ def _branch(condition, then, otherwise):
 def _next_logits(step, t, word, tokens, caches, logits, c):
     """Logits for position `t + 1` (skipped after the last position)."""
     more = t + 1 < ops.shape(tokens)[1]
-    if not c["use_cache"]:
+    if not c.use_cache:
         return _branch(more, lambda: step.recompute(tokens, t), lambda: logits), caches
     return _branch(more, lambda: step(word[:, None], t, caches), lambda: (logits, caches))
 
@@ -252,23 +256,24 @@ class _Steps:
 
 def _row_limits(task, inputs, c):
     """Translator: the most tokens each row generates, `ratio * source length + offset`, or None (`max_length`)."""
-    if c.get("max_length_ratio") is None:
+    if c.max_length_ratio is None:
         return None
     source_length = ops.sum(ops.cast(ops.not_equal(inputs, task.padding_id), "float32"), axis=1)
-    limits = ops.cast(ops.floor(c["max_length_ratio"] * source_length), "int32") + c["max_length_offset"]
+    limits = ops.cast(ops.floor(c.max_length_ratio * source_length), "int32") + c.max_length_offset
     return ops.maximum(limits, 1)  # the first token is always generated
 
 
 def _prefill(task, inputs, c):
     """`task.prefill` with this call's settings, and the steps that follow it."""
-    tokens, prompt, start, caches, context, logits = task.prefill(inputs, c["max_length"], c["start_token_id"],
-                                                                  c["use_cache"])
+    tokens, prompt, start, caches, context, logits = task.prefill(inputs, c.length, c.start_ids, c.use_cache)
     return tokens, prompt, start, caches, _Steps(task, context, ops.shape(tokens)[1]), logits
 
 
-def _decode_loop(task, inputs, noise, c):
-    """Greedy or sampling -> the tokens `task.generated_tokens` keeps of the buffer `(batch, length)`."""
+def _decode_loop(task, inputs, noise, c, rows, emit=None):
+    """Greedy or sampling -> the tokens `task.generated_tokens` keeps of the buffer `(batch, length)`.
+    `emit`: called with each step's tokens `(batch,)` as they are decided (streaming), or None."""
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
+    rows = _with_first_positions(rows, prompt, c)
     limits = _row_limits(task, inputs, c)
     required = _slots_required(inputs, c)
     length = ops.shape(tokens)[1]
@@ -278,17 +283,15 @@ def _decode_loop(task, inputs, noise, c):
 
     def body(t, tokens, caches, logits, done):
         t = _known(t)
-        logits = _ban(logits, tokens, t, c, required)
-        if c["strategy"] in ("greedy", "beam"):  # one beam: greedy, as transformers' `num_beams=1`
-            word = ops.cast(ops.argmax(logits, axis=-1), "int32")
-        else:
-            word = ops.cast(sample(filter_logits(logits, c["strategy"], c["k"], c["p"], c["temperature"]),
-                                   _column(noise, t)), "int32")
+        logits = _ban(logits, tokens, t, c, rows, required)
+        word = c.sampler.next_tokens(logits, None if noise is None else _column(noise, t))
         forced = _column(prompt, t)
-        word = ops.where(forced, _column(tokens, t), word)
+        word = ops.where(forced, _column(tokens, t), ops.cast(word, "int32"))
         word = ops.where(done, 0, word)
+        if emit is not None:
+            word = emit(word)
         tokens = write_slice(tokens, [0, t], word[:, None])
-        done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), word == c["end_token_id"]))
+        done = ops.logical_or(done, ops.logical_and(ops.logical_not(forced), _stops(word, c)))
         if limits is not None:  # buffer slot t holds generated token t (slot 0 is [START])
             done = ops.logical_or(done, t >= limits)
         logits, caches = _next_logits(step, t, word, tokens, caches, logits, c)
@@ -299,29 +302,37 @@ def _decode_loop(task, inputs, noise, c):
     return task.generated_tokens(tokens)
 
 
-def _beam_loop(task, inputs, c):
+def _with_first_positions(rows, prompt, c):
+    """`rows` plus each row's first generated position `(batch,)` where `begin_suppress_token_ids` needs it."""
+    if not c.begin_suppress_token_ids:
+        return rows
+    return {**rows, "first_position": ops.sum(ops.cast(prompt, "int32"), axis=1)}
+
+
+def _beam_loop(task, inputs, c, rows):
     """Beam search as transformers' (`generate(num_beams=...)`, its default `early_stopping=False`).
 
     Each step takes the `2 * beams` best continuations of a row's running
     beams (log-softmax first, then the bans). A continuation that ends (its
-    `end_token_id`, or the last position) and ranks among the first `beams`
+    stop ids, or the last position) and ranks among the first `beams`
     joins the row's finished translations, scored `log p / length **
     length_penalty` (`length`: generated tokens, the end included); the best
     `beams` that did not end run on. A row stops once its finished
     translations are `beams` and the best running beam, scored at its
     current length, would not beat the worst of them. Returns each row's
-    best finished translation.
+    best finished translations (`num_return_sequences` of them, best first).
     """
-    beams, vocab = c["num_beams"], task.decoding_limits()["vocabulary_size"]
+    beams, vocab = c.beams, task.decoding_limits()["vocabulary_size"]
     keep = 2 * beams  # continuations a step: `beams` run on even when `beams` of them end
     tokens, prompt, start, caches, step, logits = _prefill(task, inputs, c)
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     prompt_length = ops.sum(ops.cast(prompt, "int32"), axis=1)  # a row's forced positions
-    prompted = task.decoding_family == "causal"  # a translator's prompt is its start token alone, before `start`
+    prompted = task.decoding_family == "causal" or len(c.start_ids) > 1  # forced tokens after `start`
     last = length - 1 if (limits := _row_limits(task, inputs, c)) is None else ops.minimum(limits, length - 1)
     required = _slots_required(inputs, c)
     required = None if required is None else ops.repeat(required, beams, axis=0)
     tokens, prompt, logits = (ops.repeat(x, beams, axis=0) for x in (tokens, prompt, logits))
+    rows = _with_first_positions(rows, prompt, c)
     caches = tuple(ops.repeat(cache, beams, axis=0) for cache in caches)
     step.repeat(beams)
     # Only beam 0 is alive at first, so the first step does not pick the same continuation `beams` times.
@@ -337,7 +348,7 @@ def _beam_loop(task, inputs, c):
     def body(t, tokens, caches, logits, running, finished, finished_scores, filled, open_rows):
         t = _known(t)
         forced = _column(prompt, t)
-        log_probs = _ban(ops.log_softmax(logits, axis=-1), tokens, t, c, required)
+        log_probs = _ban(ops.log_softmax(logits, axis=-1), tokens, t, c, rows, required)
         if prompted:  # inside a row's prompt, its token scores 0 and every other NEG_INF
             prompt_token = ops.where(ops.arange(vocab)[None, :] == _column(tokens, t)[:, None], 0.0, NEG_INF)
             log_probs = ops.where(forced[:, None], prompt_token, log_probs)
@@ -348,7 +359,7 @@ def _beam_loop(task, inputs, c):
         grown = write_slice(gather(tokens, origin), [0, t], ops.reshape(word, (-1, 1)))  # (batch * keep, length)
         in_prompt = ops.reshape(forced, (batch, beams))[:, :1]  # a row's beams share its prompt
         ended = ops.logical_and(ops.logical_not(in_prompt), ops.logical_or(
-            word == c["end_token_id"], ops.reshape(t >= last, (-1, 1))))
+            _stops(word, c), ops.reshape(t >= last, (-1, 1))))
         # The beams that run on: the best `beams` continuations that did not end.
         running, pick = ops.top_k(scores + ops.cast(ended, "float32") * NEG_INF, beams)
         picked = ops.arange(batch)[:, None] * keep + pick
@@ -357,7 +368,7 @@ def _beam_loop(task, inputs, c):
                        for cache in caches)
         # The finished translations: the best `beams` of those kept and those that ended now among the first `beams`.
         generated = ops.cast(ops.maximum(t + 1 - prompt_length, 1), "float32")[:, None]  # (batch, 1)
-        penalty = ops.power(generated, c["length_penalty"])
+        penalty = ops.power(generated, c.sampler.length_penalty)
         new = ops.logical_and(ended, first_beams)
         now = (scores / penalty + ops.cast(ops.logical_not(open_rows), "float32")[:, None] * NEG_INF
                + ops.cast(ops.logical_not(new), "float32") * NEG_INF)
@@ -376,44 +387,65 @@ def _beam_loop(task, inputs, c):
 
     state = (start, tokens, caches, logits, running, tokens, ops.full((batch, beams), NEG_INF),
              ops.zeros((batch, beams), "bool"), ops.ones((batch,), "bool"))
-    finished = ops.while_loop(cond, body, state)[5]
-    return task.generated_tokens(ops.take(finished, ops.arange(batch) * beams, axis=0))
+    finished = ops.while_loop(cond, body, state)[5]  # (batch * beams, length), each row's best first
+    best = ops.reshape(ops.arange(batch)[:, None] * beams + ops.arange(c.num_return_sequences)[None, :], (-1,))
+    return task.generated_tokens(ops.take(finished, best, axis=0))
 
 
 class _Generator(keras.Model):
-    """Wraps the loop in a Keras model so `predict_on_batch` compiles it (XLA on TF/JAX)."""
+    """Wraps the loop in a Keras model so `predict_on_batch` compiles it (XLA on TF/JAX).
 
-    def __init__(self, task, config, word_kinds=None):
+    `streaming`: the loop hands each step's tokens to `self.streamer` (set per call, under the model's lock)."""
+
+    def __init__(self, task, plan, word_kinds=None, streaming=False):
         super().__init__(name="generator")
         self.task = task
-        self.config = config
+        self.plan = plan
         self.word_kinds = word_kinds
+        self.streaming = streaming
+        self.streamer = None
         # It owns no weights. Built, it is not run eagerly once before compiling (Keras's JAX
         # `predict_on_batch` builds unbuilt models that way: a second, uncompiled run of the whole loop).
         self.built = all(layer.built for layer in task._flatten_layers())
 
     def call(self, inputs):
-        return _run(self.task, inputs["token_ids"], inputs["noise"], self.config, xla=self.jit_compile,
-                    word_kinds=self.word_kinds)
+        emit = streaming.emitter(lambda tokens: self.streamer(tokens)) if self.streaming else None
+        return _run(self.task, inputs["token_ids"], inputs["noise"], self.plan, xla=self.jit_compile,
+                    word_kinds=self.word_kinds, emit=emit)
 
 
-def _run(task, token_ids, noise, c, xla, word_kinds=None):
-    """The strategy's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`).
-    `word_kinds`: `word_piece_kinds(task)` where `c["max_word_pieces"]` is set (a constant of the graph)."""
+def _constants(task, c, word_kinds):
+    """The rows a loop adds to the logits, made once per loop: `ban_bias` (NEG_INF at the banned ids),
+    `begin_bias` (at `begin_suppress_token_ids`), `end_only` (`end_at_max_length`'s last position), and
+    `word_kinds` where `max_word_pieces` is set."""
+    ids = ops.arange(task.decoding_limits()["vocabulary_size"])[None, :]
+
+    def bias(banned):
+        hit = ops.zeros_like(ids, "bool")
+        for token in banned:
+            hit = ops.logical_or(hit, ids == token)
+        return ops.where(hit, NEG_INF, 0.0)
+
+    rows = {"ban_bias": bias(c.banned_ids), "begin_bias": bias(c.begin_suppress_token_ids)}
+    if c.end_at_max_length:
+        rows["end_only"] = ops.where(ids == c.stop_token_ids[0], 0.0, NEG_INF)
+    if c.max_word_pieces:
+        rows["word_kinds"] = ops.convert_to_tensor(word_kinds, "int32")
+    return rows
+
+
+def _run(task, token_ids, noise, c, xla, word_kinds=None, emit=None):
+    """The plan's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`).
+    `word_kinds`: `word_piece_kinds(task)` where `c.max_word_pieces` is set (a constant of the graph)."""
     token_ids = ops.cast(token_ids, "int32")
-    vocab = task.decoding_limits()["vocabulary_size"]
-    ids = ops.arange(vocab)[None, :]  # rows added to the logits each step: made once per loop
-    c = {**c, "padding_bias": ops.where(ids == c["padding_id"], NEG_INF, 0.0),
-         "end_only": ops.where(ids == c["end_token_id"], 0.0, NEG_INF)}  # `end_at_max_length`'s last position
-    if c.get("max_word_pieces"):
-        c = {**c, "word_kinds": ops.convert_to_tensor(word_kinds, "int32")}
+    rows = _constants(task, c, word_kinds)
     with traced_for_xla() if xla else contextlib.nullcontext():
-        if c["strategy"] == "beam" and c["num_beams"] > 1:
-            return _beam_loop(task, token_ids, c)
-        return _decode_loop(task, token_ids, noise, c)
+        if c.beams:
+            return _beam_loop(task, token_ids, c, rows)
+        return _decode_loop(task, token_ids, noise, c, rows, emit)
 
 
-# The compiled loops of the last few (model, decoding settings), most recent last: a model that alternates
+# The compiled loops of the last few (model, decoding plan), most recent last: a model that alternates
 # settings, or models that take turns (a translator and a language model in one service), reuse their
 # loops. Each entry holds its model, so the few kept bound the memory they keep alive.
 _COMPILED = collections.OrderedDict()
@@ -421,83 +453,44 @@ _MAX_COMPILED = 4
 _COMPILED_GUARD = threading.Lock()
 
 
-def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
-             num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, seed=None, use_cache=True,
-             no_repeat_ngram_size=0, max_length_ratio=None, max_length_offset=10, max_word_pieces=None,
-             slot_token_id=None, end_at_max_length=False, pad_batch=True):
+def generate(model, token_ids, config=None, *, streamer=None, pad_batch=True, **overrides):
     """Decode with a `Translator` (source ids in) or a `CausalLM` (prompt ids in).
 
-    Translator: returns the generated tokens after `start_token_id`, through
-    the first `end_token_id`, then 0. CausalLM: `token_ids` are prompts,
+    Translator: returns the generated tokens after the start token, through
+    the first stop id, then 0. CausalLM: `token_ids` are prompts,
     right-padded with 0 (ragged prompts continue exactly as each would
     alone); returns the prompt followed by the generated tokens, through the
-    first `end_token_id` (if any), then 0. Decoding stops early once every
-    row has ended. The loop is compiled once per setting (XLA on TensorFlow
-    and JAX) and reused; there XLA also compiles once per shape, so a batch
-    runs at `batching.batch_bucket(batch)` rows (its last row repeated) and sources
+    first stop id (if any), then 0 (`strip_prompt=True`: the generated
+    tokens alone). Decoding stops early once every row has ended. The loop
+    is compiled once per setting (XLA on TensorFlow and JAX) and reused;
+    there XLA also compiles once per shape, so a batch runs at
+    `batching.batch_bucket(batch)` rows (its last row repeated) and sources
     at a multiple of 16 tokens: 3 sentences, then 4, compile once.
 
     Args:
         model: a `Translator` or a `CausalLM`.
         token_ids: int `(batch, length)`, 0 = padding: the source (translator)
             or the prompts (language model).
-        max_length: int. Most generated tokens (translator) or the total
-            length, prompt included (language model).
-        start_token_id: int. The target `[START]` id (translator only).
-        end_token_id: int or None. Decoding of a row stops after it (required
-            for the translator).
-        strategy: `"greedy"`, `"beam"`, `"top_k"` or `"top_p"`. Defaults to `"greedy"`.
-        num_beams: int. Beam width (beam search as transformers': `_beam_loop`;
-            `1` is greedy). Defaults to `4`.
-        length_penalty: float. Beam search scores a finished translation
-            `log p / length ** length_penalty` (`length`: generated tokens,
-            the end token included), as transformers' `length_penalty`:
-            above 0 favours longer ones. Defaults to `0.6`.
-        k: int. Top-k sampling. Defaults to `50`.
-        p: float. Top-p (nucleus) mass. Defaults to `0.9`.
-        temperature: float. Sampling temperature. Defaults to `1.0`.
-        seed: int. Sampling uniforms are drawn with numpy from it, so the same
-            seed samples the same tokens on every backend.
-        use_cache: bool. `False` re-runs the decoder over the whole buffer
-            each step (the slow reference; not with beam search).
-        no_repeat_ngram_size: int. `n > 0` never generates an n-gram that the
-            row (prompt included) already holds, as in Hugging Face's
-            `no_repeat_ngram_size`; stops "y las dos y las dos" loops. `0`
-            (default) turns it off.
-        max_length_ratio: float or None. Translator only: row `i` generates
-            at most `floor(max_length_ratio * n_i) + max_length_offset`
-            tokens (at least 1), `n_i` its source length without padding
-            (fairseq's `max_len_a` / `max_len_b`), and never more than `max_length`.
-            A batch of short sources stops sooner, and a row caught in a
-            loop stops near its source's length. `None` (default): `max_length`.
-        max_length_offset: int >= 0. See `max_length_ratio`. Defaults to `10`.
-        max_word_pieces: int or None. `k >= 1`: no generated word has more
-            than `k` WordPiece pieces (a piece that starts a word and the
-            `##` pieces that continue it): once a row's word has `k`, every
-            `##` id is banned at the next step, so the model starts a new
-            word or ends. Stops degenerate chains of invented pieces on
-            unfamiliar words ("el ompipimpumpremprimi"). Needs the model's
-            WordPiece tokenizer, from its preprocessor (`word_piece_kinds`;
-            else a ValueError). A causal prompt's pieces count toward its
-            last word. `None` or `0` (default): off.
-        slot_token_id: int or None. Translator only: each row generates this
-            id exactly as many times as its source holds it (until it has,
-            `[END]` is banned and its logit goes to this id; after, the id is
-            banned: `ban_slots`), so every number slot of a
-            `TranslatorPreprocessor(copy_numbers=True)` source comes back
-            once (`Translator.translate` passes it). `None` (default): off.
-        end_at_max_length: bool. `True`: a row still open at the last
-            position gets `end_token_id` there (transformers'
-            `forced_eos_token_id`, set by Marian checkpoints). Defaults to `False`.
+        config: a `GenerationConfig`. Defaults to `GenerationConfig()`
+            (greedy; `task.generate` starts from `task.generation_config`).
+        streamer: callable or None. Called at each step, as soon as the
+            step's tokens are decided, with an int32 numpy array `(batch,)`:
+            each row's token at that position (a longer prompt's own
+            tokens while it is forced; 0 once a row has ended). Joined, the
+            calls give the returned tokens from the first generated position
+            on. Not with beam search (whose beams change their past).
         pad_batch: bool. `True` (default): on TensorFlow and JAX run the
-            batch at `batching.batch_bucket(batch)` rows, a few compiles for any batch
-            sizes. `False`: at its own size, one compile per size, and no
-            copied rows' work (docs/decisions.md, "Why batches are padded"):
-            for a caller who decodes one odd batch size many times. Torch
-            pads nothing either way.
+            batch at `batching.batch_bucket(batch)` rows, a few compiles for
+            any batch sizes. `False`: at its own size, one compile per size,
+            and no copied rows' work (docs/decisions.md, "Why batches are
+            padded"). Torch pads nothing either way.
+        **overrides: `GenerationConfig` fields that replace the config's
+            (`max_length=20`, `sampler=TopPSampler(p=0.9)`, `end_token_id=2`
+            for `stop_token_ids=(2,)`; 0.2's `strategy`, `num_beams`, `k`, `p`,
+            ... with a DeprecationWarning).
 
     Returns:
-        int32 numpy: `(batch, max_length)`.
+        int32 numpy: `(batch * num_return_sequences, max_length)`.
 
     Example:
 
@@ -510,63 +503,90 @@ def generate(model, token_ids, *, max_length, start_token_id=None, end_token_id=
     _check_model(model)
     if not isinstance(pad_batch, (bool, np.bool_)):
         raise ValueError(f"`pad_batch` must be True or False. Received: pad_batch={pad_batch!r}")
+    if streamer is not None and not callable(streamer):
+        raise ValueError(f"`streamer` must be a callable or None. Received: streamer={streamer!r}")
+    config = _config(config, overrides)
     ids = np.asarray(ops.convert_to_numpy(token_ids))
-    config = check_decoding_options(
-        model.decoding_family, ids, **model.decoding_limits(), max_length=max_length, start_token_id=start_token_id,
-        end_token_id=end_token_id, strategy=strategy, num_beams=num_beams, length_penalty=length_penalty, k=k, p=p,
-        temperature=temperature, use_cache=use_cache, seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
-        max_length_ratio=max_length_ratio, max_length_offset=max_length_offset, max_word_pieces=max_word_pieces,
-        slot_token_id=slot_token_id, end_at_max_length=end_at_max_length)
-    seed = config.pop("seed")
-    kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
+    plan = config.resolve(model.decoding_family, ids, **model.decoding_limits())
+    if streamer is not None and plan.beams:
+        raise ValueError(f"`streamer` needs one token a row a step: not with beam search. Received: "
+                         f"sampler={plan.sampler!r}")
+    kinds = word_piece_kinds(model) if plan.max_word_pieces else None
     translator = model.decoding_family == "translator"
     if translator:  # drop all-padding columns: a batch of short sources encodes short
         ids = batching.pad_width(batching.trim_width(ids, model.padding_id), padding_id=model.padding_id)
     else:
-        ids = batching.pad_width(ids, config["max_length"])
+        ids = batching.pad_width(ids, plan.length)
     ids = np.asarray(ops.convert_to_numpy(ids))
-    key = (id(model), tuple(sorted(config.items())), None if kinds is None else kinds.tobytes())
-    xla = keras.backend.backend() != "torch"
+    prompts = ids
+    if plan.num_return_sequences > 1 and not plan.beams:  # samples: each row repeated, its own uniforms
+        ids = np.repeat(ids, plan.num_return_sequences, axis=0)
+        plan = dataclasses.replace(plan, num_return_sequences=1)
+    key = (id(model), plan, None if kinds is None else kinds.tobytes(), streamer is not None)
+    backend = keras.backend.backend()
+    xla = backend != "torch" and not (streamer is not None and backend == "tensorflow")  # TF streams from a graph
     with _COMPILED_GUARD:  # threads decoding at once each keep the loop they looked up
         if key not in _COMPILED:
-            generator = _Generator(model, config, kinds)
+            generator = _Generator(model, plan, kinds, streaming=streamer is not None)
             generator.compile(jit_compile=xla)
             _COMPILED[key] = (model, generator)
             while len(_COMPILED) > _MAX_COMPILED:
                 _COMPILED.popitem(last=False)
         _COMPILED.move_to_end(key)
         generator = _COMPILED[key][1]
-    width = config["max_length"] + translator
+    width = plan.length + len(plan.start_ids)
     rows = len(ids)
-    noise = np.random.default_rng(seed).random((rows, width)).astype("float32")
+    noise = np.random.default_rng(config.seed).random((rows, width)).astype("float32")
     if xla and pad_batch:  # XLA compiles once per batch size: a few sizes, not every one
         bucket = int(batching.batch_bucket(rows))
         ids, noise = (np.asarray(ops.convert_to_numpy(batching.repeat_last_row(a, bucket))) for a in (ids, noise))
     with model_lock(model):  # on JAX the loop takes the task's variables out while it runs
-        out = generator.predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
-    return np.asarray(ops.convert_to_numpy(out), "int32")[:rows]
+        generator.streamer = None if streamer is None else (lambda tokens: streamer(np.asarray(tokens)[:rows]))
+        try:
+            out = generator.predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
+        finally:
+            generator.streamer = None
+    out = np.asarray(ops.convert_to_numpy(out), "int32")[:rows * (plan.num_return_sequences if plan.beams else 1)]
+    if plan.strip_prompt and not translator:
+        out = _generated_only(out, np.repeat(prompts, len(out) // len(prompts), axis=0))
+    return out
 
 
-def decode_function(model, *, max_length, start_token_id=None, end_token_id=None, strategy="greedy",
-                    num_beams=4, length_penalty=0.6, k=50, p=0.9, temperature=1.0, no_repeat_ngram_size=0,
-                    max_length_ratio=None, max_length_offset=10, max_word_pieces=None, slot_token_id=None,
-                    end_at_max_length=False, xla=False):
+def _generated_only(tokens, prompts):
+    """Each row's tokens after its prompt, moved to the row's start (0 after)."""
+    lengths = np.count_nonzero(prompts, axis=1)
+    out = np.zeros_like(tokens)
+    for row, n in enumerate(lengths):
+        out[row, :tokens.shape[1] - n] = tokens[row, n:]
+    return out
+
+
+def _config(config, overrides):
+    """`config` (default `GenerationConfig()`) with `overrides`, checked."""
+    if config is None:
+        config = GenerationConfig()
+    elif not isinstance(config, GenerationConfig):
+        raise ValueError(f"`config` must be a `kformer.generation.GenerationConfig` or None. Received: "
+                         f"config={config!r}")
+    return config.replace(**overrides) if overrides else config
+
+
+def decode_function(model, config=None, *, xla=False, **overrides):
     """For graphs (SavedModel export): `fn(token_ids, noise=None) -> ids`, the loop of `generate`.
 
-    In `keras.ops` with no numpy, so it traces into a `tf.function`. Sampling
-    strategies take `noise`, uniforms `(batch, length)` (the caller draws them,
-    e.g. from a seed input).
+    In `keras.ops` with no numpy, so it traces into a `tf.function`. Samplers
+    take `noise`, uniforms `(batch * num_return_sequences, length)` (the
+    caller draws them, e.g. from a seed input).
 
     Args:
         model: a `Translator` or a `CausalLM`.
-        max_length, start_token_id, end_token_id, strategy, num_beams,
-            length_penalty, k, p, temperature, no_repeat_ngram_size,
-            max_length_ratio, max_length_offset, max_word_pieces, slot_token_id,
-            end_at_max_length: as in `generate`.
+        config: a `GenerationConfig` (as in `generate`; `seed`, `strip_prompt`
+            and streaming are the caller's).
         xla: bool. `True` when `fn` will be traced inside a
             `tf.function(jit_compile=True)`: its cache writes are then XLA's
             in-place update. `False` (default): core TensorFlow ops only, which
             the stock TF Serving binary runs with XLA compilation off.
+        **overrides: `GenerationConfig` fields, as in `generate`.
 
     Example:
 
@@ -577,16 +597,18 @@ def decode_function(model, *, max_length, start_token_id=None, end_token_id=None
     (1, 8)
     """
     _check_model(model)
-    config = check_decoding_options(
-        model.decoding_family, np.ones((1, 1), "int32"), **model.decoding_limits(), max_length=max_length,
-        start_token_id=start_token_id, end_token_id=end_token_id, strategy=strategy, num_beams=num_beams,
-        length_penalty=length_penalty, k=k, p=p, temperature=temperature, use_cache=True, seed=None,
-        no_repeat_ngram_size=no_repeat_ngram_size, max_length_ratio=max_length_ratio,
-        max_length_offset=max_length_offset, max_word_pieces=max_word_pieces, slot_token_id=slot_token_id,
-        end_at_max_length=end_at_max_length)
-    config.pop("seed")
-    kinds = word_piece_kinds(model) if config["max_word_pieces"] else None
-    return lambda token_ids, noise=None: _run(model, token_ids, noise, config, xla=bool(xla), word_kinds=kinds)
+    config = _config(config, overrides)
+    plan = config.resolve(model.decoding_family, np.ones((1, 1), "int32"), **model.decoding_limits())
+    kinds = word_piece_kinds(model) if plan.max_word_pieces else None
+    repeats = plan.num_return_sequences if not plan.beams else 1
+    plan = plan if plan.beams else dataclasses.replace(plan, num_return_sequences=1)
+
+    def decode(token_ids, noise=None):
+        if repeats > 1:
+            token_ids = ops.repeat(token_ids, repeats, axis=0)
+        return _run(model, token_ids, noise, plan, xla=bool(xla), word_kinds=kinds)
+
+    return decode
 
 
 def _check_model(model):

@@ -4,11 +4,13 @@
 context)` computes for one token a row (the last position's logits), with the
 projection kernels read once per decoding call as 2-D matrices (the query,
 key and value kernels of a self-attention side by side), one query attended
-by products and sums, and no Keras `__call__` per sublayer. It applies on
-every backend (`BACKENDS`) to float weights without a mixed or quantized
-policy and without mixture-of-experts blocks; elsewhere `generate` steps
-through `call_with_cache`. tests/kernels/test_decoding.py checks it equal to
-`call_with_cache` on every backend.
+by products and sums, and no Keras `__call__` per sublayer. `generate` uses
+it where it pays (`PAYS`: backend -> model families, from
+benchmarks/decode_speed.py, whose `kformer_readable` column times the
+readable step) for float weights without a mixed or quantized policy and
+without mixture-of-experts blocks; elsewhere it steps through
+`call_with_cache`. tests/kernels/test_decoding.py checks it equal to
+`call_with_cache` on every backend, where it steps aside too.
 """
 
 import math
@@ -21,7 +23,11 @@ from kformer.kernels.slices import slice_rows, write_slice
 from kformer.layers import masks
 from kformer.layers.checks import known_index
 
-BACKENDS = ("tensorflow", "jax", "torch")  # where it applies: see benchmarks/decode_speed.py
+# Where the plain step pays over the readable one on benchmarks/decode_speed.py (`kformer_plain` against
+# `kformer_readable`, 128 new tokens, batch 1 and 16): backend -> the `decoding_family`s it is used for.
+# On JAX it pays only for the translator at batch 1 (about 1.2x, where it keeps kformer level with
+# keras-hub); XLA runs the readable language-model step as fast (docs/decisions.md#own-decoding).
+PAYS = {"tensorflow": ("translator", "causal"), "jax": ("translator",), "torch": ("translator", "causal")}
 
 
 class PlainDecoder:
@@ -45,15 +51,18 @@ class PlainDecoder:
 
     @classmethod
     def create(cls, task, context, length):
-        """The plain step, or None where it does not apply (another backend, mixed or quantized weights,
-        mixture-of-experts blocks)."""
-        embedding, blocks, norm, projection = task.decoder_parts()
-        layers = [embedding, *blocks] + [layer for layer in (norm, projection) if layer is not None]
-        if keras.backend.backend() not in BACKENDS or not all(map(_has_plain_weights, layers)):
-            return None
-        if any(block.num_experts for block in blocks):
+        """The plain step where it pays and applies (`PAYS`, `applies`), else None."""
+        if task.decoding_family not in PAYS.get(keras.backend.backend(), ()) or not cls.applies(task):
             return None
         return cls(task, context, length)
+
+    @staticmethod
+    def applies(task):
+        """Whether the plain step can compute `task`'s: float weights without a mixed or quantized policy,
+        no mixture-of-experts blocks."""
+        embedding, blocks, norm, projection = task.decoder_parts()
+        layers = [embedding, *blocks] + [layer for layer in (norm, projection) if layer is not None]
+        return all(map(_has_plain_weights, layers)) and not any(block.num_experts for block in blocks)
 
     def __init__(self, task, context, length):
         self.embedding, self.blocks, self.norm, projection = task.decoder_parts()

@@ -4,7 +4,9 @@
 `kformer.models.build("transformer_tiny", ...)` build a task (`Translator`,
 `TextClassifier`, `BertBackbone` and its `BertPretrainer` /
 `BertTextClassifier`, `ViTImageClassifier`, `CausalLM`, `ConformerEncoder`,
-`SpeechRecognizer`); `list_models()` names every
+`SpeechRecognizer`); `generate` decodes with a `GenerationConfig` and a
+sampler (`GreedySampler`, `BeamSampler`, `TopKSampler`, `TopPSampler`, from
+`kformer.generation`); `list_models()` names every
 preset; `load(path)` reads a recipe's output back; `from_pretrained(folder or
 "hf://org/name")` loads a published BERT, GPT-2 or ViT checkpoint; `layout_map(...)` shards a
 model's weights for `keras.distribution.ModelParallel`. Every model derives
@@ -28,6 +30,8 @@ from kformer.models.bert import (
     mini_bert_classifier,
     mini_bert_pretraining,
 )
+from kformer.generation.config import GenerationConfig
+from kformer.generation.samplers import BeamSampler, GreedySampler, Sampler, TopKSampler, TopPSampler
 from kformer.generation.search import generate
 from kformer.models.classifier import TextClassifier, imdb_classifier, text_classifier
 from kformer.models.conformer import ConformerEncoder, conformer_encoder
@@ -44,19 +48,25 @@ from kformer.training.losses import LabelSmoothedCrossEntropy, SparseAccuracy, S
 from kformer.training.optimizers import TransformerSchedule, adamw, compile_bert_pretrainer, warmup_cosine
 
 __all__ = [
+    "BeamSampler",
     "BertBackbone",
     "BertPretrainer",
     "BertTextClassifier",
     "CausalLM",
     "ConformerEncoder",
     "ClassifierTask",
+    "GenerationConfig",
+    "GreedySampler",
     "KformerModel",
     "LabelSmoothedCrossEntropy",
+    "Sampler",
     "SparseAccuracy",
     "SparseCrossEntropy",
     "SpeechRecognizer",
     "Task",
     "TextClassifier",
+    "TopKSampler",
+    "TopPSampler",
     "TransformerSchedule",
     "Translator",
     "ViTImageClassifier",

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
+from kformer.generation.config import GenerationConfig
 from kformer.generation.protocol import GenerativeTask
 from kformer.generation.search import generate as generate_ids
 from kformer.layers import activations
@@ -64,6 +65,9 @@ class CausalLM(GenerativeTask, Task):
             sequence's token choices; in training, choices over it are dropped
             (the residual passes the token through). Defaults to `1.25`.
         preprocessor: `kformer.data.preprocessors.CausalLMPreprocessor` or None.
+        generation_config: `kformer.generation.GenerationConfig` (or its
+            dict) or None: `generate`'s defaults. None:
+            `default_generation_config()`.
 
     Attributes: `token_embedding`, `decoder_blocks`, `final_norm`,
     `output_projection` (None when tied), `experts` (the `MixtureOfExperts`
@@ -90,7 +94,8 @@ class CausalLM(GenerativeTask, Task):
                  num_heads=12, intermediate_dim=3072, dropout=0.1, position="learned",
                  layer_norm_epsilon=1e-5, tie_output_embedding=True, preprocessor=None, activation="gelu",
                  attention_window=None, attention_types=None, attention_scale=None, use_qkv_bias=True,
-                 num_experts=0, moe_every=2, top_k=2, expert_intermediate_dim=None, capacity_factor=1.25, **kwargs):
+                 num_experts=0, moe_every=2, top_k=2, expert_intermediate_dim=None, capacity_factor=1.25,
+                 generation_config=None, **kwargs):
         check_positive_ints(vocabulary_size=vocabulary_size, sequence_length=sequence_length,
                             hidden_dim=hidden_dim, num_layers=num_layers, num_heads=num_heads,
                             intermediate_dim=intermediate_dim)
@@ -135,6 +140,7 @@ class CausalLM(GenerativeTask, Task):
         self.expert_intermediate_dim, self.capacity_factor = expert_intermediate_dim, capacity_factor
         self.moe_trackers = [keras.metrics.Mean(name=f"moe_{key}") for key in MOE_METRICS] if num_experts else []
         self._set_preprocessor(preprocessor)
+        self._set_generation_config(generation_config)
 
     @classmethod
     def from_config(cls, config):
@@ -187,7 +193,7 @@ class CausalLM(GenerativeTask, Task):
     def decoder_parts(self):
         return self.token_embedding, self.decoder_blocks, self.final_norm, self.output_projection
 
-    def prefill(self, token_ids, max_length, start_token_id, use_cache):
+    def prefill(self, token_ids, max_length, start_ids, use_cache):
         """Right-padded prompts: the shortest prompt runs in one pass; the longer prompts' remaining tokens
         are then forced one step at a time, so every row continues exactly as it would alone."""
         batch = ops.shape(token_ids)[0]
@@ -221,32 +227,46 @@ class CausalLM(GenerativeTask, Task):
     def generated_tokens(self, tokens):
         return tokens
 
-    def generate(self, prompts, max_length=None, **kwargs):
+    def default_generation_config(self):
+        """Greedy up to the preprocessor's `sequence_length`, stopping at its end token; without a preprocessor
+        up to the model's `sequence_length`, with no stop id."""
+        if self.preprocessor is None:
+            return GenerationConfig(max_length=self.sequence_length)
+        return GenerationConfig(max_length=self.preprocessor.sequence_length,
+                                stop_token_ids=self.preprocessor.end_token_id)
+
+    def generate(self, prompts, config=None, *, streamer=None, **overrides):
         """Continue prompts: ids in, ids out; or, with a preprocessor, strings in, strings out.
 
         Args:
             prompts: int token ids `(batch, prompt_len)`, right-padded with 0;
                 or a str / list of str (needs the preprocessor).
-            max_length: int. Total length, prompt included. Defaults to the
-                preprocessor's `sequence_length` (strings) or the model's. A
-                string prompt of `max_length` tokens or more (start token
-                included) is a ValueError naming it: nothing would be left
-                to generate. (The export keeps a long prompt's beginning.)
-            **kwargs: `kformer.models.generate` arguments (`strategy`, `k`,
-                `p`, `temperature`, `seed`, `num_beams`, `end_token_id`, ...).
+            config: a `GenerationConfig`. Defaults to `self.generation_config`
+                (greedy, `max_length` the preprocessor's `sequence_length`,
+                or the model's). A string prompt of `max_length` tokens or
+                more (start token included) is a ValueError naming it:
+                nothing would be left to generate. (The export keeps a long
+                prompt's beginning.)
+            streamer: callable or None: as in `kformer.models.generate`
+                (each step's token ids `(batch,)` as they come).
+            **overrides: `GenerationConfig` fields (`max_length`,
+                `sampler=TopPSampler(p=0.9)`, `seed`, `stop_token_ids`,
+                `strip_prompt`, ...).
 
         Returns:
-            int32 `(batch, max_length)` (the prompt, then the generated
-            tokens, then 0) for ids; the prompt + continuation text for strings.
+            int32 `(batch * num_return_sequences, max_length)` (the prompt,
+            then the generated tokens, then 0) for ids; the prompt +
+            continuation text for strings (the continuation alone with
+            `strip_prompt=True`).
         """
+        config = self.generation_config if config is None else config
+        config = config.replace(**overrides) if overrides else config
         if not self._raw(prompts):
-            kwargs.setdefault("start_token_id", None)
-            return generate_ids(self, prompts, max_length=self.sequence_length if max_length is None else max_length,
-                                **kwargs)
+            return generate_ids(self, prompts, config, streamer=streamer)
         preprocessor = self.preprocessor
         single = isinstance(prompts, str)
-        max_length = preprocessor.sequence_length if max_length is None else max_length
-        valid = isinstance(max_length, int) and not isinstance(max_length, bool) and max_length > 1
+        max_length = config.max_length
+        valid = max_length is not None
         # One token more than fits, so a prompt that leaves no room to generate is seen (and named).
         ids = preprocessor.prompt_ids([prompts] if single else prompts, max_tokens=max_length if valid else None)
         if valid:
@@ -258,11 +278,8 @@ class CausalLM(GenerativeTask, Task):
                                  f"but `max_length`={max_length} leaves room for {max_length - 1} before the first "
                                  f"generated token ({too_long.size} of {len(ids)} prompts are that long). Raise "
                                  "`max_length` or shorten the prompt.")
-        ids = generate_ids(self, ids, max_length=max_length,
-                           start_token_id=None, end_token_id=kwargs.pop("end_token_id", preprocessor.end_token_id),
-                           **kwargs)
-        texts = preprocessor.detokenize(ids)
-        return texts[0] if single else texts
+        texts = preprocessor.detokenize(generate_ids(self, ids, config, streamer=streamer))
+        return texts[0] if single and config.num_return_sequences == 1 else texts
 
 
 def _expert_settings(num_experts, moe_every, top_k, intermediate_dim, expert_intermediate_dim, capacity_factor,

@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from kformer import blocks, layers
+from kformer.generation.config import GenerationConfig, fields_of
 from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
 from kformer.generation.protocol import GenerativeTask
 from kformer.generation.search import generate as generate_ids
@@ -15,8 +16,7 @@ from kformer.models.task import Task, check_length_fits, check_tokenizer_fits
 
 PAPER = dict(vocabulary_size=37000, sequence_length=256, dropout=0.1)
 # `translate`'s decoding defaults for a model trained here (a checkpoint's preprocessor brings its own)
-TRANSLATE_DEFAULTS = dict(strategy="greedy", max_word_pieces=TRANSLATE_MAX_WORD_PIECES,
-                          no_repeat_ngram_size=TRANSLATE_NO_REPEAT_NGRAM_SIZE)
+TRANSLATE_DEFAULTS = dict(max_word_pieces=TRANSLATE_MAX_WORD_PIECES, no_repeat_ngram_size=TRANSLATE_NO_REPEAT_NGRAM_SIZE)
 POSITIONS = ("sinusoidal", "learned")
 
 
@@ -59,6 +59,9 @@ class Translator(GenerativeTask, Task):
         output_bias: bool. A learned bias added to the tied output logits
             (Marian's `final_logits_bias`). Defaults to `False`.
         preprocessor: `kformer.data.preprocessors.TranslatorPreprocessor` or None.
+        generation_config: `kformer.generation.GenerationConfig` (or its
+            dict) or None: `translate`'s and `generate`'s defaults. None:
+            `default_generation_config()`, from the preprocessor.
 
     Attributes: `encoder_embedding`, `decoder_embedding` (the same layer when
     shared), `encoder_blocks`, `decoder_blocks`, `encoder_norm` and
@@ -81,7 +84,8 @@ class Translator(GenerativeTask, Task):
                  sequence_length=256, hidden_dim=512, num_heads=8, intermediate_dim=2048,
                  num_encoder_layers=6, num_decoder_layers=6, dropout=0.1, position="sinusoidal",
                  tie_output_embedding=True, normalize_first=False, activation="relu", padding_id=0,
-                 sinusoid_layout="interleaved", output_bias=False, preprocessor=None, **kwargs):
+                 sinusoid_layout="interleaved", output_bias=False, preprocessor=None, generation_config=None,
+                 **kwargs):
         source_vocab, target_vocab, shared = _vocabularies(
             vocabulary_size, encoder_vocabulary_size, decoder_vocabulary_size)
         check_positive_ints(sequence_length=sequence_length, hidden_dim=hidden_dim, num_heads=num_heads,
@@ -154,6 +158,7 @@ class Translator(GenerativeTask, Task):
         self.activation, self.padding_id = activation, padding_id
         self.sinusoid_layout, self.output_bias = sinusoid_layout, output_bias
         self._set_preprocessor(preprocessor)
+        self._set_generation_config(generation_config)
 
     @classmethod
     def from_config(cls, config):
@@ -206,14 +211,15 @@ class Translator(GenerativeTask, Task):
     def decoder_parts(self):
         return self.decoder_embedding, self.decoder_blocks, self.decoder_norm, self.output_projection
 
-    def prefill(self, token_ids, max_length, start_token_id, use_cache):
-        """Encode the source once and its cross-attention keys/values once; the buffer starts with `[START]`."""
+    def prefill(self, token_ids, max_length, start_ids, use_cache):
+        """Encode the source once and its cross-attention keys/values once; the buffer starts with `[START]`
+        (`start_ids[0]`), then the forced ids (`start_ids[1:]`, written by the loop)."""
         encoder_outputs, source_mask = self.encode(token_ids)
         cross = tuple(block.compute_cross_attention_cache(encoder_outputs) for block in self.decoder_blocks)
         batch, length = ops.shape(token_ids)[0], max_length + 1
-        tokens = ops.concatenate([ops.full((batch, 1), start_token_id, "int32"),
-                                  ops.zeros((batch, length - 1), "int32")], axis=1)
-        prompt = ops.broadcast_to(ops.arange(length) < 1, (batch, length))
+        given = ops.convert_to_tensor([list(start_ids) + [0] * (length - len(start_ids))], "int32")
+        tokens = ops.repeat(given, batch, axis=0)
+        prompt = ops.broadcast_to(ops.arange(length) < len(start_ids), (batch, length))
         context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs}
         cache = self.empty_cache(batch, length if use_cache else 1, cross[0].dtype)
         if not use_cache:
@@ -242,19 +248,33 @@ class Translator(GenerativeTask, Task):
     def generated_tokens(self, tokens):
         return tokens[:, 1:]  # without [START]
 
-    def generate(self, encoder_token_ids, **kwargs):
-        """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, **kwargs)`."""
-        return generate_ids(self, encoder_token_ids, **kwargs)
+    def default_generation_config(self):
+        """Greedy, with the preprocessor's ids and length (`max_length` its `sequence_length`, number slots
+        copied) and `TRANSLATE_DEFAULTS`, or a checkpoint's generation config (the preprocessor's
+        `decoding_defaults`); without a preprocessor, `GenerationConfig()` (pass the ids)."""
+        preprocessor = self.preprocessor
+        if preprocessor is None:
+            return GenerationConfig()
+        settings = {"max_length": preprocessor.sequence_length, **TRANSLATE_DEFAULTS,
+                    "start_token_id": preprocessor.start_token_id, "stop_token_ids": preprocessor.end_token_id,
+                    "slot_token_id": preprocessor.number_slot_id}
+        checkpoint = fields_of(getattr(preprocessor, "decoding_defaults", None) or {})
+        return GenerationConfig(**{**settings, **checkpoint})
 
-    def translate(self, texts, *, batch_size=None, **options):
+    def generate(self, encoder_token_ids, config=None, **overrides):
+        """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, config, **overrides)`,
+        from `self.generation_config` when `config` is None."""
+        return generate_ids(self, encoder_token_ids, self.generation_config if config is None else config,
+                            **overrides)
+
+    def translate(self, texts, config=None, *, batch_size=None, **overrides):
         """Translate strings: list of str (or one str) -> list of str.
 
         Tokenizes with the preprocessor, decodes with `generate`, detokenizes.
-        `options` are `generate`'s (`strategy`: "greedy", "beam", "top_k" or
-        "top_p"; `num_beams`, `max_length`, ...). Their defaults: the
-        preprocessor's `decoding_defaults` where it has them (a checkpoint's
-        generation config), else `TRANSLATE_DEFAULTS`, and `max_length` the
-        preprocessor's `sequence_length`. Texts are batched by source length
+        `config` is a `GenerationConfig` (default `self.generation_config`:
+        a checkpoint's generation config, else `TRANSLATE_DEFAULTS` with
+        `max_length` the preprocessor's `sequence_length`); `overrides` are
+        its fields (`sampler=BeamSampler(num_beams=4)`, `max_length=...`). Texts are batched by source length
         (short with short, so a batch's loop ends sooner), `batch_size`
         (default 256) at a time, and returned in the order given. `[]` gives `[]`.
 
@@ -283,17 +303,16 @@ class Translator(GenerativeTask, Task):
         if not single and len(texts) == 0:
             return []
         source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
-        options = {"max_length": preprocessor.sequence_length, **TRANSLATE_DEFAULTS,
-                   **getattr(preprocessor, "decoding_defaults", {}), "start_token_id": preprocessor.start_token_id,
-                   "end_token_id": preprocessor.end_token_id, "slot_token_id": preprocessor.number_slot_id, **options}
-        if options["max_length"] is None:
-            options["max_length"] = preprocessor.sequence_length
+        config = self.generation_config if config is None else config
+        if overrides.get("max_length", 0) is None:  # 0.2: None was the preprocessor's length
+            overrides["max_length"] = preprocessor.sequence_length
+        config = config.replace(**overrides) if overrides else config
         texts = np.asarray([texts] if single else list(texts), dtype=object)
         order = np.argsort(np.count_nonzero(source != self.padding_id, axis=1), kind="stable")
         outputs = [None] * len(source)
         for start in range(0, len(source), batch_size):
             rows = order[start:start + batch_size]
-            ids = self.generate(source[rows], **options)
+            ids = generate_ids(self, source[rows], config)
             for row, text in zip(rows, preprocessor.detokenize(ids, list(texts[rows]))):
                 outputs[row] = text
         return outputs[0] if single else outputs

@@ -131,15 +131,13 @@ def test_ban_slots_holds_end_until_every_source_slot_is_out_then_bans_slots():
 
 @pytest.mark.once("argument check in numpy")
 def test_slot_token_id_is_checked_and_named():
-    from kformer.generation.options import check_decoding_options
+    from kformer.generation import GenerationConfig
 
     ids = np.array([[7, 4, 8]])
-    config = check_decoding_options("translator", ids, vocabulary_size=20, max_length=5, start_token_id=5,
-                                    end_token_id=6, slot_token_id=4)
-    assert config["slot_token_id"] == 4
+    config = GenerationConfig(max_length=5, start_token_id=5, stop_token_ids=6, slot_token_id=4)
+    assert config.resolve("translator", ids, vocabulary_size=20).slot_token_id == 4
     with pytest.raises(ValueError, match=r"`slot_token_id` must be None or an int in \[1, 20\). Received: "
                                          r"slot_token_id=20"):
-        check_decoding_options("translator", ids, vocabulary_size=20, max_length=5, start_token_id=5,
-                               end_token_id=6, slot_token_id=20)
+        config.replace(slot_token_id=20).resolve("translator", ids, vocabulary_size=20)
     with pytest.raises(ValueError, match=r"`slot_token_id` is for translators"):
-        check_decoding_options("causal", ids, vocabulary_size=20, max_length=5, slot_token_id=4)
+        GenerationConfig(max_length=5, slot_token_id=4).resolve("causal", ids, vocabulary_size=20)

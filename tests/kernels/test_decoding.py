@@ -46,10 +46,10 @@ CASES = {
 def test_plain_steps_equal_call_with_cache(case):
     """Logits and caches of eight steps, each at a known index, equal the readable path's."""
     task, inputs = CASES[case]()
-    tokens, _, start, cache, context, _ = task.prefill(inputs, 12, 1, True)
+    tokens, _, start, cache, context, _ = task.prefill(inputs, 12, (1,), True)
     start = int(to_numpy(start))
-    plain = PlainDecoder.create(task, context, ops.shape(tokens)[1])
-    assert plain is not None
+    assert PlainDecoder.applies(task)
+    plain = PlainDecoder(task, context, ops.shape(tokens)[1])  # also where it steps aside (`PAYS`): kept equal
     plain_cache = cache
     for index in range(start, start + 8):
         step = RNG.integers(3, VOCAB, (3, 1)).astype("int32")
@@ -69,14 +69,19 @@ def test_generate_gives_the_same_tokens_with_and_without_the_plain_step(case, st
     if task.decoding_family == "translator":
         kwargs.update(start_token_id=1, end_token_id=2)
     generate = sys.modules["kformer.generation.search"]
+    everywhere = {backend: ("translator", "causal") for backend in ("tensorflow", "jax", "torch")}
+    monkeypatch.setattr(decoding, "PAYS", everywhere)
+    monkeypatch.setattr(generate, "_COMPILED", collections.OrderedDict())
     plain = models.generate(task, inputs, **kwargs)
-    monkeypatch.setattr(decoding, "BACKENDS", ())
+    monkeypatch.setattr(decoding, "PAYS", {})
     monkeypatch.setattr(generate, "_COMPILED", collections.OrderedDict())
     np.testing.assert_array_equal(models.generate(task, inputs, **kwargs), plain)
 
 
 def test_plain_step_steps_aside_where_it_does_not_apply(monkeypatch):
-    assert PlainDecoder.create(causal_lm(), {}, 8) is not None
+    assert PlainDecoder.create(translator(), {}, 8) is not None  # it pays for a translator everywhere
+    assert (PlainDecoder.create(causal_lm(), {}, 8) is None) == (keras.backend.backend() == "jax")  # `PAYS`
+    monkeypatch.setattr(decoding, "PAYS", {keras.backend.backend(): ("causal",)})
     quantized = causal_lm()
     quantized.quantize("int8")
     assert PlainDecoder.create(quantized, {}, 8) is None
@@ -86,7 +91,7 @@ def test_plain_step_steps_aside_where_it_does_not_apply(monkeypatch):
     finally:
         keras.config.set_dtype_policy("float32")
     assert PlainDecoder.create(mixed, {}, 8) is None
-    monkeypatch.setattr(decoding, "BACKENDS", ())
+    monkeypatch.setattr(decoding, "PAYS", {})
     assert PlainDecoder.create(causal_lm(), {}, 8) is None
 
 

@@ -71,7 +71,8 @@ def test_greedy_translations_equal_generate(checkpoint, translator):
         expected = reference.generate(**batch, num_beams=1, do_sample=False, max_length=21).numpy()
     pad = reference.config.pad_token_id
     got = translator.generate(translator.preprocessor.encode(sources)["encoder_token_ids"], max_length=20,
-                              start_token_id=pad, end_token_id=0, end_at_max_length=True)
+                              start_token_id=pad, end_token_id=0, end_at_max_length=True,
+                              sampler=models.GreedySampler())  # the task's default is the checkpoint's beam
     _assert_same_ids(expected, got)
     assert translator.translate(sources, strategy="greedy", max_length=20) == \
         tokenizer.batch_decode(expected, skip_special_tokens=True)
@@ -121,9 +122,12 @@ def test_preprocessor_gives_marian_tokenizer_ids_and_texts(checkpoint, translato
 @pytest.mark.once("the defaults read from generation_config.json; decoding is checked on every backend above")
 def test_translate_uses_the_checkpoints_generation_defaults(checkpoint, translator):
     preprocessor = translator.preprocessor
-    assert preprocessor.decoding_defaults == {"strategy": "beam", "num_beams": 4, "max_length": 15,
-                                              "length_penalty": 1.0, "end_at_max_length": True,
+    assert preprocessor.decoding_defaults == {"sampler": {"name": "beam", "num_beams": 4, "length_penalty": 1.0},
+                                              "max_length": 15, "end_at_max_length": True,
                                               "max_word_pieces": None, "no_repeat_ngram_size": 0}
+    config = translator.generation_config
+    assert (config.sampler, config.max_length, config.start_token_id, config.stop_token_ids) == (
+        models.BeamSampler(num_beams=4, length_penalty=1.0), 15, translator.padding_id, (0,))
     assert isinstance(translator.translate("How are you?", max_length=4), str)
 
 

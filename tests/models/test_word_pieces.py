@@ -17,7 +17,8 @@ import pytest
 from kformer import export, models
 from kformer.data.preprocessors import TranslatorPreprocessor
 from kformer.data.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
-from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, check_export_options
+from kformer.export.decoding import check_export_options
+from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES
 from kformer.generation.search import (CONTINUATION, SPECIAL, WORD_START, ban_long_words, decode_function,
                                      word_piece_kinds)
 from tests.helpers import to_numpy
@@ -171,7 +172,7 @@ def test_bad_values_name_the_argument(translator, value):
     with pytest.raises(ValueError, match="max_word_pieces"):
         translator.translate("w1", max_word_pieces=value)
     with pytest.raises(ValueError, match="max_word_pieces"):
-        check_export_options("translation", sequence_length=LENGTH, max_word_pieces=value)
+        check_export_options(translator, translator.preprocessor, {"max_word_pieces": value})
 
 
 def test_the_guard_needs_a_wordpiece_tokenizer():
@@ -186,13 +187,15 @@ def test_the_guard_needs_a_wordpiece_tokenizer():
     decode_function(lm, max_length=4, max_word_pieces=0)  # off: no tokenizer needed
 
 
-def test_export_options():
-    assert "max_word_pieces" not in check_export_options("translation", sequence_length=8, max_word_pieces=None)
-    assert check_export_options("translation", sequence_length=8)["max_word_pieces"] == K  # translate's default
-    assert check_export_options("text_generation", sequence_length=8) == \
-        check_export_options("text_generation", sequence_length=8, max_word_pieces=None)
-    with pytest.raises(ValueError, match="`max_word_pieces` is for translation"):
-        check_export_options("text_generation", sequence_length=8, max_word_pieces=K + 1)
+def test_export_options(translator):
+    def pieces(*args):
+        return check_export_options(translator, translator.preprocessor, *args)["generation"]["max_word_pieces"]
+
+    assert pieces() == K  # translate's default: the task's generation config
+    assert pieces(None, {"max_word_pieces": None}) is None  # 0.2's keyword, still read
+    assert pieces(translator.generation_config.replace(max_word_pieces=None)) is None
+    lm = small_model("gpt_tiny")
+    assert check_export_options(lm, None)["generation"]["max_word_pieces"] is None  # off for a language model
 
 
 @pytest.mark.only_backend("tensorflow")

@@ -27,6 +27,7 @@ import pathlib
 
 import numpy as np
 
+from kformer.generation.samplers import BeamSampler
 from kformer.models.pretrained.common import (Entry, assign_all, check_sizes, field, linear, norm, read_json,
                                               read_weights, to_kformer)
 from kformer.models.translator import Translator
@@ -176,13 +177,11 @@ def decoding_defaults(folder, config, vocabulary, padding):
     penalty = settings.get("length_penalty", 1.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not np.isfinite(penalty):
         raise ValueError(f"{file}: `length_penalty`={penalty!r} must be a finite number.")
-    defaults = {"strategy": "beam" if beams > 1 else "greedy", "max_word_pieces": None,
-                "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
-                "max_length": length - 1,  # transformers counts the decoder's start token in `max_length`
-                "end_at_max_length": forced is not None}
-    if beams > 1:
-        defaults.update(num_beams=beams, length_penalty=float(penalty))
-    return defaults
+    sampler = {"name": "beam", "num_beams": beams, "length_penalty": float(penalty)} if beams > 1 else {"name": "greedy"}
+    return {"sampler": sampler, "max_word_pieces": None,
+            "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
+            "max_length": length - 1,  # transformers counts the decoder's start token in `max_length`
+            "end_at_max_length": forced is not None}
 
 
 def load(folder, config, task=None, **kwargs):
@@ -300,7 +299,7 @@ def save(task, folder, overwrite=False):
     if not task.output_bias:  # a translator without the bias: Marian's zeros
         tensors["final_logits_bias"] = np.zeros((1, task.vocabulary_size), np.float32)
     end = 0 if preprocessor is None else preprocessor.end_token_id
-    defaults = {} if preprocessor is None else preprocessor.decoding_defaults
+    generation = task.generation_config
     config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": task.vocabulary_size,
               "decoder_vocab_size": task.vocabulary_size, "d_model": task.hidden_dim,
               "encoder_layers": task.num_encoder_layers, "decoder_layers": task.num_decoder_layers,
@@ -309,17 +308,17 @@ def save(task, folder, overwrite=False):
               "max_position_embeddings": task.sequence_length, "activation_function": names[task.activation],
               "scale_embedding": True, "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
               "pad_token_id": task.padding_id, "decoder_start_token_id": task.padding_id, "eos_token_id": end,
-              "forced_eos_token_id": end if defaults.get("end_at_max_length") else None,
+              "forced_eos_token_id": end if generation.end_at_max_length else None,
               "dropout": float(task.dropout), "attention_dropout": 0.0,
               "activation_dropout": 0.0, "is_encoder_decoder": True, "dtype": "float32"}
-    generation = {"bad_words_ids": [[task.padding_id]], "decoder_start_token_id": task.padding_id,
-                  "eos_token_id": end, "pad_token_id": task.padding_id,
-                  "num_beams": defaults.get("num_beams", 1) if defaults.get("strategy") == "beam" else 1,
-                  "max_length": defaults.get("max_length", task.sequence_length - 1) + 1,
-                  "length_penalty": defaults.get("length_penalty", 1.0)}
-    if defaults.get("end_at_max_length"):
-        generation["forced_eos_token_id"] = end
-    files = {"config.json": write_json(config), "generation_config.json": write_json(generation),
+    beam = generation.sampler if isinstance(generation.sampler, BeamSampler) else None
+    settings = {"bad_words_ids": [[task.padding_id]], "decoder_start_token_id": task.padding_id,
+                "eos_token_id": end, "pad_token_id": task.padding_id, "num_beams": beam.num_beams if beam else 1,
+                "max_length": (generation.max_length or task.sequence_length - 1) + 1,
+                "length_penalty": beam.length_penalty if beam else 1.0}
+    if generation.end_at_max_length:
+        settings["forced_eos_token_id"] = end
+    files = {"config.json": write_json(config), "generation_config.json": write_json(settings),
              "model.safetensors": tensors}
     if preprocessor is not None:
         tokenizer = preprocessor.tokenizer
