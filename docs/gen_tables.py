@@ -166,8 +166,36 @@ def marian(_=None):
                    f"{newest[0]['machine']}; {', '.join(commands)}.</sup>\n")
 
 
-TABLES = {"recipes": recipes, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision, "decisions": decisions,
-          "csv": csv_file, "marian": marian}
+def decode(_=None):
+    """`decode_speed.csv`'s newest run: kformer's greedy decoding (`generate`), its plain-matrix and readable
+    steps, and keras-hub, tokens a second per family, backend and batch size; the ratios that set
+    `kernels.decoding.PAYS` (plain / readable) and kformer / keras-hub in bold."""
+    rows = read("decode_speed.csv")
+    newest = [r for r in rows if r["commit"] == rows[-1]["commit"] and r["tokens_per_s"]]
+    speed = {(r["family"], r["backend"], r["batch"], r["impl"]): float(r["tokens_per_s"]) for r in newest}
+    cells = sorted({k[:3] for k in speed}, key=lambda k: (k[0] != "translator", BACKENDS.index(k[1]), int(k[2])))
+
+    def get(cell, impl):
+        return speed.get((*cell, impl))
+
+    def ratio(a, b):
+        return f"**{a / b:.2f}x**" if a and b else "-"
+
+    body = table(["family", "backend", "batch", "kformer tok/s", "plain step", "readable step", "keras-hub",
+                  "plain / readable", "kformer / keras-hub"],
+                 [(*cell, *(f"{get(cell, i):.0f}" if get(cell, i) else "-" for i in
+                            ("kformer_cache", "kformer_plain", "kformer_readable", "keras_hub")),
+                   ratio(get(cell, "kformer_plain"), get(cell, "kformer_readable")),
+                   ratio(get(cell, "kformer_cache"), get(cell, "keras_hub"))) for cell in cells])
+    first = newest[0]
+    commands = sorted({f"`{r['command']}`" for r in newest})
+    return body + (f"\n<sup>{first['new_tokens']} new tokens, median of {first['repeats']} calls; {first['date']}, "
+                   f"`{first['commit']}`, {first['machine']}; {', '.join(commands)}.</sup>\n")
+
+
+BACKENDS = ("tensorflow", "jax", "torch")
+TABLES = {"recipes": recipes, "decode": decode, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision,
+          "decisions": decisions, "csv": csv_file, "marian": marian}
 
 
 def render(name, arg):

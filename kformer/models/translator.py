@@ -220,7 +220,12 @@ class Translator(GenerativeTask, Task):
         given = ops.convert_to_tensor([list(start_ids) + [0] * (length - len(start_ids))], "int32")
         tokens = ops.repeat(given, batch, axis=0)
         prompt = ops.broadcast_to(ops.arange(length) < len(start_ids), (batch, length))
-        context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs}
+        # The position encodings once, sliced a step at a time (`call_with_cache`): sinusoids computed inside
+        # TensorFlow's XLA loop were fused into the next projections and recomputed for each of their outputs.
+        limit = self.sequence_length if self.position == "learned" else None
+        positions = self.decoder_embedding.position_table(length if limit is None else min(length, limit))
+        context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs,
+                   "positions": positions}
         cache = self.empty_cache(batch, length if use_cache else 1, cross[0].dtype)
         if not use_cache:
             return tokens, prompt, 1, cache, context, self.call_without_cache(tokens, 0, context)
@@ -228,7 +233,10 @@ class Translator(GenerativeTask, Task):
         return tokens, prompt, 1, cache, context, logits[:, -1]
 
     def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
-        x = self.decoder_embedding(token_ids, start_index=cache_update_index)
+        positions = context.get("positions")
+        if positions is not None:  # the rows of this step's positions
+            positions = ops.slice(positions, [cache_update_index, 0], [ops.shape(token_ids)[1], self.hidden_dim])
+        x = self.decoder_embedding(token_ids, start_index=cache_update_index, positions=positions)
         x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask,
                                     cross_attention_cache=context["cross_attention_cache"],
                                     encoder_padding_mask=context["source_mask"])
@@ -243,7 +251,8 @@ class Translator(GenerativeTask, Task):
     def repeat_context(self, context, beams):
         return {"cross_attention_cache": tuple(ops.repeat(c, beams, axis=0) for c in context["cross_attention_cache"]),
                 "source_mask": ops.repeat(context["source_mask"], beams, axis=0),
-                "encoder_outputs": ops.repeat(context["encoder_outputs"], beams, axis=0)}
+                "encoder_outputs": ops.repeat(context["encoder_outputs"], beams, axis=0),
+                "positions": context.get("positions")}
 
     def generated_tokens(self, tokens):
         return tokens[:, 1:]  # without [START]
