@@ -188,9 +188,11 @@ def decode(_=None):
                    ratio(get(cell, "kformer_plain"), get(cell, "kformer_readable")),
                    ratio(get(cell, "kformer_cache"), get(cell, "keras_hub"))) for cell in cells])
     first = newest[0]
-    commands = sorted({f"`{r['command']}`" for r in newest})
+    commands = sorted({re.sub(r"--family \S+", "--family FAMILY", re.sub(r"^KERAS_BACKEND=\S+ ", "", r["command"]))
+                       for r in newest})
     return body + (f"\n<sup>{first['new_tokens']} new tokens, median of {first['repeats']} calls; {first['date']}, "
-                   f"`{first['commit']}`, {first['machine']}; {', '.join(commands)}.</sup>\n")
+                   f"`{first['commit']}`, {first['machine']}; each backend and family: "
+                   f"{', '.join(f'`{c}`' for c in commands)}.</sup>\n")
 
 
 BACKENDS = ("tensorflow", "jax", "torch")
