@@ -330,8 +330,16 @@ def _image_classification(task, gr):
 
 
 def _translation(task, gr):
-    def answer(text):
-        return task.translate([_text(text)])[0]
+    def answer(text):  # a generator: the page shows the translation as it comes (one token a step)
+        text = _text(text)
+        config = getattr(task, "generation_config", None)
+        if config is None or getattr(config.sampler, "num_beams", 1) > 1:  # a beam search changes its past
+            yield task.translate([text])[0]
+            return
+        preprocessor = task.preprocessor
+        ids = preprocessor.encode([text])["encoder_token_ids"]
+        yield from _streamed(lambda streamer: preprocessor.detokenize(task.generate(ids, streamer=streamer), [text]),
+                             lambda tokens: preprocessor.detokenize([tokens], [text])[0])
 
     return {"fn": answer, "hint": "Type a sentence in the language the model was trained to translate from.",
             "inputs": gr.Textbox(elem_id="kformer-input", label="Source", lines=3,

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from kformer import cli, demo, models
-from kformer.data.preprocessors import CausalLMPreprocessor, ImageClassifierPreprocessor, TextClassifierPreprocessor
+from kformer.data.preprocessors import (CausalLMPreprocessor, ImageClassifierPreprocessor, TextClassifierPreprocessor,
+                                        TranslatorPreprocessor)
 from kformer.data.wordpiece import WordPieceTokenizer
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[START]", "[END]", "a", "fine", "film", "dull", "."]
@@ -71,7 +72,7 @@ class FakeRecognizer:  # what the speech task offers: `transcribe(list of WAV pa
 @pytest.mark.once("Gradio pages of stand-in tasks, no keras model")
 def test_each_task_kind_gets_its_page():
     gr = gradio()
-    assert demo.build(FakeTranslator()).fn("hola") == "HOLA"
+    assert list(demo.build(FakeTranslator()).fn("hola")) == ["HOLA"]  # no generation config: no stream
     page = demo.build(FakeLM())
     assert list(page.fn("The film", 12)) == ["w1 w2 w7", "w1 w2 w7 w8", "w1 w2 w7 w8 w9",
                                              "The film ... (12 tokens)"]  # as it comes, then the result
@@ -103,9 +104,22 @@ def test_classifier_pages_show_the_models_probabilities():
     assert sum(shown.values()) == pytest.approx(1.0, abs=1e-5)
 
 
+def test_the_translation_page_shows_the_text_as_it_comes():
+    gradio()
+    tokenizer = WordPieceTokenizer(VOCABULARY)
+    translator = models.translator(preset="transformer_tiny", vocabulary_size=len(VOCABULARY),
+                                   preprocessor=TranslatorPreprocessor(tokenizer, tokenizer, 8))
+    end = translator.preprocessor.end_token_id  # random weights: not ended before a first token is streamed
+    translator.generation_config = translator.generation_config.replace(begin_suppress_token_ids=(end,))
+    shown = list(demo.build(translator).fn("a fine film"))
+    assert shown[-1] == translator.translate("a fine film")  # the result last, as `translate` gives it
+    assert len(shown) >= 2 and shown[-2] == shown[-1]
+
+
 def test_the_text_generation_page_shows_the_text_as_it_comes():
     gradio()
     lm = models.causal_lm(preset="gpt_tiny", preprocessor=CausalLMPreprocessor(WordPieceTokenizer(VOCABULARY), 16))
+    lm.generation_config = lm.generation_config.replace(begin_suppress_token_ids=(lm.preprocessor.end_token_id,))
     shown = list(demo.build(lm).fn("a fine", 9))
     assert shown[-1] == lm.generate(["a fine"], max_length=9)[0]  # the result last
     assert len(shown) >= 2 and shown[-2] == shown[-1]  # the last streamed text is the result's
