@@ -129,11 +129,12 @@ class GenerationConfig:
         for name in ("stop_token_ids", "forced_prompt_ids", "suppress_token_ids", "begin_suppress_token_ids",
                      "bad_token_ids"):
             put(name, _ids(name, getattr(self, name)))
-        for name, low in (("max_length", 1), ("max_new_tokens", 1)):
+        for name in ("max_length", "max_new_tokens"):
             value = getattr(self, name)
-            if value is not None and (not is_int(value) or not low <= value <= MAX_LENGTH_CAP):
-                raise ValueError(f"`{name}` must be None or an int in [{low}, {MAX_LENGTH_CAP}]. "
-                                 f"Received: {name}={value!r}")
+            if value is not None and (not is_int(value) or value < 1):
+                raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}")
+            if value is not None and value > MAX_LENGTH_CAP:
+                raise ValueError(f"`{name}` must be <= {MAX_LENGTH_CAP}. Received: {name}={value!r}")
         for name in ("start_token_id", "slot_token_id"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 0):

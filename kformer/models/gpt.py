@@ -260,6 +260,8 @@ class CausalLM(GenerativeTask, Task):
             `strip_prompt=True`).
         """
         config = self.generation_config if config is None else config
+        if "max_length" in overrides and overrides["max_length"] is None:  # 0.2: None was the default length
+            del overrides["max_length"]
         config = config.replace(**overrides) if overrides else config
         if not self._raw(prompts):
             return generate_ids(self, prompts, config, streamer=streamer)
