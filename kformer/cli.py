@@ -118,26 +118,21 @@ def _parser():
     return p
 
 
-def _positive_int(text):
-    """`--max-length`, `--max-image-pixels`: an integer >= 1 (argparse names the flag in the error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
+def _int_at_least(low):
+    """An argparse type: an integer >= `low` (argparse names the flag in the error)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+    return parse
 
 
-def _non_negative_int(text):
-    """`--seed`: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+_positive_int = _int_at_least(1)  # --max-length, --max-image-pixels, --top-k
+_non_negative_int = _int_at_least(0)  # --seed
 
 
 def _number(text, ok, expected):

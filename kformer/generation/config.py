@@ -290,8 +290,8 @@ class GenerationConfig:
             check_prompts(ids, length)
             start = ()
         banned = tuple(sorted({padding_id, *self.bad_token_ids, *self.suppress_token_ids}))
-        return Plan(family=family, sampler=self.sampler.for_vocabulary(vocabulary_size), length=length,
-                    start_ids=start, stop_token_ids=self.stop_token_ids, padding_id=padding_id, banned_ids=banned,
+        return Plan(sampler=self.sampler.for_vocabulary(vocabulary_size), length=length,
+                    start_ids=start, stop_token_ids=self.stop_token_ids, banned_ids=banned,
                     begin_suppress_token_ids=self.begin_suppress_token_ids,
                     no_repeat_ngram_size=self.no_repeat_ngram_size, repetition_penalty=self.repetition_penalty,
                     num_return_sequences=self.num_return_sequences, end_at_max_length=self.end_at_max_length,
@@ -380,12 +380,10 @@ class Plan:
     language model's whole rows); `start_ids`: a translator's start token and forced ids; `banned_ids`: the
     padding id, bad and suppressed ids."""
 
-    family: str
     sampler: samplers.Sampler
     length: int
     start_ids: tuple
     stop_token_ids: tuple
-    padding_id: int
     banned_ids: tuple
     begin_suppress_token_ids: tuple
     no_repeat_ngram_size: int
