@@ -25,8 +25,8 @@ from kformer.layers.checks import known_index
 
 # Where the plain step pays over the readable one on benchmarks/decode_speed.py (`kformer_plain` against
 # `kformer_readable`, 128 new tokens, batch 1 and 16): backend -> the `decoding_family`s it is used for.
-# On JAX it pays only for the translator at batch 1 (about 1.2x, where it keeps kformer level with
-# keras-hub); XLA runs the readable language-model step as fast (docs/decisions.md#own-decoding).
+# On JAX it pays only for the translator at batch 1, where it keeps kformer level with keras-hub; XLA
+# runs the readable language-model step as fast (docs/decisions.md#own-decoding, docs/performance.md).
 PAYS = {"tensorflow": ("translator", "causal"), "jax": ("translator",), "torch": ("translator", "causal")}
 
 
