@@ -11,6 +11,10 @@ from kformer.layers.checks import check_positive_ints
 class TransformerDecoderBlock(TransformerBlock):
     """Causal self-attention, optional cross-attention, feed-forward.
 
+    Self-attention is always causal: position `i` sees positions `<= i` (and
+    its mixture-of-experts routing relies on it, `causal_routing`). For
+    attention in both directions use `TransformerEncoderBlock`.
+
     Cross-attention exists when the block is built with an `encoder_sequence`
     (encoder-decoder); without one it is a decoder-only (GPT-style) block.
 
@@ -44,7 +48,6 @@ class TransformerDecoderBlock(TransformerBlock):
         self_attention_cache_update_index: int or scalar tensor.
         cross_attention_cache: `(batch, 2, enc_seq, heads, key_dim)` from
             `compute_cross_attention_cache`; replaces `encoder_sequence`.
-        use_causal_mask: bool. Defaults to `True`.
         training: bool.
         return_attention_scores: bool. Also return the attention
             probabilities. Defaults to `False`.
@@ -117,7 +120,6 @@ class TransformerDecoderBlock(TransformerBlock):
         self_attention_cache=None,
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
-        use_causal_mask=True,
         training=None,
         mask=None,
         encoder_sequence_mask=None,
@@ -155,7 +157,7 @@ class TransformerDecoderBlock(TransformerBlock):
                 query_mask=None if cached else decoder_padding_mask,
                 value_mask=None if cached else decoder_padding_mask,
                 attention_mask=decoder_attention_mask,
-                use_causal_mask=use_causal_mask,
+                use_causal_mask=True,
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
                 return_attention_scores=return_attention_scores,
