@@ -35,8 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
 ALL_PAIRS = 20_000  # the bundled train split
-# Validation loss after one epoch over all pairs: the five lines' settings reach 5.21 (torch), the notebook's
-# 5.02 (TensorFlow, its warmup schedule, seed 0).
+# The most validation loss one epoch over all pairs may leave (measured: benchmarks/results/first_translator.csv).
 BOUNDS = {"five_lines": 5.6, "quickstart": 5.5}
 HEADER = ["what", "pairs", "epochs", "val_loss", "bound", "seconds"]
 
