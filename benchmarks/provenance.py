@@ -37,13 +37,15 @@ def machine():
 
 
 def commit():
-    """The checkout's short commit, with `+dirty` when tracked files differ from it; `unknown` outside git."""
+    """The checkout's short commit, with `+dirty` when tracked files other than results differ from it; `unknown`
+    outside git."""
     root = pathlib.Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"],  # a run's own rows leave the code clean
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
