@@ -6,6 +6,7 @@
     kformer generate saved_models/gpt_tiny/1 "The movie was"   the text as it comes
     kformer demo saved_models/imdb_bigram/1   try it in the browser (pip install "kformer[demo]")
     kformer export model.keras --output-dir exports/imdb
+    kformer export model.keras --output-dir exports/imdb --quantize int8   int8 weights in the SavedModel
     kformer check-serving exports/imdb/1      would a stock TF Serving load it? (exit 1 if not)
 
 `--help` works at every level; bad flags exit 2 naming the flag. TensorFlow's
@@ -29,6 +30,7 @@ from kformer import __version__, runtime
 RECIPES = {"imdb": "train_imdb", "translator": "train_translator", "bert": "pretrain_mini_bert",
            "vit": "train_vit", "gpt": "train_gpt", "speech": "train_speech"}
 COMMANDS = ("list", "train", "predict", "generate", "demo", "export", "check-serving")
+QUANTIZE_MODES = ("int8", "int4", "float8")  # Keras's modes that need no calibration data
 SAMPLERS = ("greedy", "top_k", "top_p")  # `kformer generate --sampler` (streamed: one token a step, no beams)
 _VERBOSE_FLAGS = ("-v", "--verbose")
 
@@ -108,6 +110,9 @@ def _parser():
     export.add_argument("--max-image-pixels", type=_positive_int, default=None,
                         help="image classifiers: the largest image (width x height) the served graph decodes "
                              "(default 4096 x 4096); larger requests are refused from the image header")
+    export.add_argument("--quantize", choices=QUANTIZE_MODES, default=None,
+                        help="export the task with its weights quantized (Keras's `quantize`: int8 / int4 "
+                             "weights with their scales; float8's scaled matmuls); the saved file stays as it is")
     export.set_defaults(run=_export)
     check = sub.add_parser("check-serving", help="replay a version's warmup requests as a stock TF Serving "
                            "loads it (XLA compilation off); exit 1 if one fails")
@@ -374,6 +379,8 @@ def _export(parser, args):
         parser.error(f"--output-dir {args.output_dir!r} is a file, not a directory")
     options = {} if args.max_image_pixels is None else {"max_image_pixels": args.max_image_pixels}
     try:
+        if args.quantize is not None:
+            task.quantize(args.quantize)
         print(export.export_for_serving(task, out, **options))
     except ValueError as err:
         sys.exit(f"error: {err}")

@@ -147,6 +147,14 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     assert cli.main(["export", str(path), f"--output-dir={tmp_path}"]) == 0
     assert capsys.readouterr().out.strip().endswith(str(tmp_path / "1"))
     assert (tmp_path / "1" / "saved_model.pb").is_file()
+    import tensorflow as tf  # tf_only
+
+    assert cli.main(["export", str(path), f"--output-dir={tmp_path}", "--quantize=int8"]) == 0
+    assert capsys.readouterr().out.strip().endswith(str(tmp_path / "2"))
+    dtypes = {str(d) for d in tf.train.load_checkpoint(str(tmp_path / "2" / "variables" / "variables"))
+              .get_variable_to_dtype_map().values()}
+    assert "<dtype: 'int8'>" in dtypes
+    assert not models.load(path).get_config().get("quantized_layers")  # the saved file is left float
     with pytest.raises(SystemExit, match="`max_image_pixels`"):  # a text classifier takes no image limit
         cli.main(["export", str(path), f"--output-dir={tmp_path}", "--max-image-pixels=100"])
     if os.path.exists("/proc/self"):  # a folder no one can make there: an OSError traceback before
@@ -163,6 +171,8 @@ def test_export_writes_the_next_version(classifier_path, tmp_path, capsys):
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
     (["export", "x.keras"], "--output-dir"),
     (["export", "x.keras", "--output-dir=d", "--max-image-pixels=0"], "--max-image-pixels: expected an integer >= 1"),
+    (["export", "x.keras", "--output-dir=d", "--quantize=int3"],
+     "--quantize: invalid choice: 'int3' (choose from 'int8', 'int4', 'float8')"),
     (["check-serving", "/no/such/version"], "path: `version_dir` '/no/such/version' is not a folder"),
     (["check-serving", "."], "holds no saved_model.pb"),
 ])

@@ -22,6 +22,7 @@ from keras import ops
 from kformer.models.input_checks import (check_batch_size, check_labels, check_model_inputs, check_raw_type,
                                          check_weights, rows)
 from kformer.models.postprocess import classify
+from kformer.models.quantized import check_float, quantize_as_saved, quantized_layers
 from kformer.training.safe_state import restored_on_error, save_atomically
 
 # Writers of published checkpoint layouts, registered by `kformer.models.pretrained` (which `kformer.models`
@@ -134,6 +135,7 @@ class KformerModel(keras.Model):
         if blocking is not None:
             raise ValueError(f"`folder`={os.fspath(folder)!r} lies below {str(blocking)!r}, which is a file, not a "
                              "folder; nothing was written.")
+        check_float(self, "save_pretrained")
         return PRETRAINED_WRITERS["huggingface"](self, folder, overwrite=overwrite)
 
     def transformer_blocks(self):
@@ -190,11 +192,23 @@ class KformerModel(keras.Model):
             if key not in _NOT_CONFIG:
                 value = getattr(self, key)
                 config[key] = list(value) if isinstance(value, (list, tuple)) else value
+        quantized = quantized_layers(self)
+        if quantized:  # after `quantize`: rebuilt quantized, so the saved quantized weights load
+            config["quantized_layers"] = quantized
         return config
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        config = dict(config)
+        quantized = config.pop("quantized_layers", None)
+        model = cls(**cls._constructor_arguments(config))
+        quantize_as_saved(model, quantized)
+        return model
+
+    @classmethod
+    def _constructor_arguments(cls, config):
+        """The constructor's arguments from `get_config`'s values (subclasses deserialize nested objects)."""
+        return config
 
 
 class Task(KformerModel):
@@ -232,14 +246,13 @@ class Task(KformerModel):
         return config
 
     @classmethod
-    def from_config(cls, config):
-        config = dict(config)
+    def _constructor_arguments(cls, config):
         if isinstance(config.get("preprocessor"), dict):
             import kformer.data.preprocessors  # noqa: F401  (registers the preprocessor classes)
         for key in ("backbone", "preprocessor"):
             if isinstance(config.get(key), dict):
                 config[key] = keras.saving.deserialize_keras_object(config[key])
-        return cls(**config)
+        return config
 
     def label_limits(self):
         """dict output name -> number of classes the labels `y` of `fit` / `evaluate` index (ids in

@@ -79,6 +79,11 @@ def exported_and_answered(tokenizer, tmp_path_factory):
                                  preprocessor=TextClassifierPreprocessor(tokenizer, 32, truncation="head_tail"))
     path = export.export_for_serving(clf, base / "imdb")
     add(path, "serving_default", text, {"probabilities": clf.predict(TEXTS, verbose=0)})
+    quantized = models.text_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
+                                       class_names=CLASSES, preprocessor=TextClassifierPreprocessor(tokenizer, 32))
+    quantized.quantize("int8")  # on JAX and torch the TensorFlow worker rebuilds it from its .keras file
+    path = export.export_for_serving(quantized, base / "imdb_int8")
+    add(path, "serving_default", text, {"probabilities": quantized.predict(TEXTS, verbose=0)})
 
     if "translator" in DECODING:
         _export_translator(tokenizer, base, text, add)
