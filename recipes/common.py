@@ -151,6 +151,9 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
                    help="JAX: split each model's weights over N devices (models.layout_map, Megatron-style); "
                         "the batch is split over the rest")
     p.add_argument("--patience", type=positive_int, default=3, help="EarlyStopping patience (epochs)")
+    p.add_argument("--gradient-accumulation-steps", type=positive_int, default=1, metavar="K",
+                   help="update the weights once every K batches with their gradients' mean: the update of a "
+                        "K times larger --batch-size in the memory of one (models.accumulating)")
     p.add_argument("--no-export", action="store_true", help="skip the TF Serving SavedModel")
     p.add_argument("--no-plots", action="store_true",
                    help="skip curves.png and attention.png in the version folder")
@@ -478,6 +481,11 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
         model_card.write_for_run(tmp_dir, model=model, name=name, args=args, config=config, metrics=metrics,
                                  figures=figures, **card)
     return write
+
+
+def accumulated(args, optimizer):
+    """The recipe's `optimizer`, updating every `--gradient-accumulation-steps` batches."""
+    return models.accumulating(optimizer, args.gradient_accumulation_steps)
 
 
 adamw = models.adamw  # the recipes' AdamW (weight decay 0.01) with `warmup_cosine`: kformer's public API

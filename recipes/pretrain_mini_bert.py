@@ -129,7 +129,8 @@ def pretrain(args, tokenizer, texts, work_dir, scope, pretrained_path):
         backbone = build_backbone(args, tokenizer.vocabulary_size, **dropout)
         model = models.bert_pretrainer(
             backbone, preprocessor=BertPreprocessor(tokenizer, args.sequence_length, mask_positions=True))
-        compile_pretraining(model, args.objective, common.adamw(args.learning_rate, steps), args.jit_compile)
+        compile_pretraining(model, args.objective, common.accumulated(args, common.adamw(args.learning_rate, steps)),
+                            args.jit_compile)
     start = time.time()
     if pretrained_path.is_file():
         model.load_weights(pretrained_path)
@@ -160,7 +161,8 @@ def finetune(args, backbone, preprocessor, datasets, work_dir, scope, epochs, le
     with scope:
         model = models.bert_text_classifier(backbone, len(CLASS_NAMES), class_names=CLASS_NAMES,
                                             preprocessor=preprocessor)
-        model.compile(common.adamw(learning_rate, steps), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        model.compile(common.accumulated(args, common.adamw(learning_rate, steps)),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, datasets["train"], datasets["validation"], args, epochs, work_dir, "val_accuracy")

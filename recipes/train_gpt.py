@@ -163,7 +163,8 @@ def main(argv=None):
         schedule = keras.optimizers.schedules.CosineDecay(
             0.0, decay_steps=max(1, steps - steps // 10), warmup_target=args.learning_rate,
             warmup_steps=steps // 10, alpha=0.1)  # linear warmup, cosine decay to 10 %
-        model.compile(keras.optimizers.AdamW(schedule, weight_decay=0.1, beta_2=0.95, clipnorm=1.0),
+        model.compile(common.accumulated(args, keras.optimizers.AdamW(schedule, weight_decay=0.1, beta_2=0.95,
+                                                                     clipnorm=1.0)),
                       models.SparseCrossEntropy(),  # Keras's numbers, no one-hot or argmax over 8,000 on JAX
                       metrics=[models.SparseAccuracy()], jit_compile=args.jit_compile)
     start = time.time()

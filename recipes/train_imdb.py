@@ -213,7 +213,7 @@ def main(argv=None):
     test_ds = preprocessor.dataset(test_texts, test_labels, batch_size=args.batch_size)
 
     with scope:
-        model.compile(optimizer(args, len(fit_labels)),
+        model.compile(common.accumulated(args, optimizer(args, len(fit_labels))),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()

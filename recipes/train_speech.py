@@ -158,7 +158,8 @@ def train(args, name, work_dir, train_data, val_data, scope):
     steps = args.epochs * -(-len(train_data[1]) // args.batch_size)
     with scope:
         model.compile(models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay,
-                                   global_clipnorm=args.clip_norm or None),
+                                   global_clipnorm=args.clip_norm or None,
+                                   gradient_accumulation_steps=args.gradient_accumulation_steps),
                       jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")

@@ -265,8 +265,8 @@ def main(argv=None):
             model = models.build(args.preset, preprocessor=preprocessor, **overrides)
         hidden = model.hidden_dim
         scale = args.learning_rate / (hidden ** -0.5 * warmup ** -0.5)  # peak = --learning-rate
-        optimizer = keras.optimizers.Adam(models.TransformerSchedule(hidden, warmup, scale),
-                                          beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+        optimizer = common.accumulated(args, keras.optimizers.Adam(models.TransformerSchedule(hidden, warmup, scale),
+                                                                   beta_1=0.9, beta_2=0.98, epsilon=1e-9))
         # padding never counts: id 0 for a translator trained here, `<pad>` for a Marian checkpoint
         model.compile(optimizer, models.LabelSmoothedCrossEntropy(0.1, ignore_id=model.padding_id),
                       jit_compile=args.jit_compile)

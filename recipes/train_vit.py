@@ -80,7 +80,7 @@ def compile_model(model, args, train_examples, jit_compile=None):
     """The recipe's AdamW (`--weight-decay`, warmup + cosine decay over `--epochs`), loss and
     top-1 / top-5 metrics; `jit_compile` defaults to `--jit-compile`."""
     steps = args.epochs * -(-train_examples // args.batch_size)
-    model.compile(models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay),
+    model.compile(common.accumulated(args, models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay)),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
                            keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],

@@ -45,7 +45,8 @@ from kformer.models.task import ClassifierTask, KformerModel, Task
 from kformer.models.translator import Translator, translator
 from kformer.models.vit import ViTImageClassifier, vit
 from kformer.training.losses import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy
-from kformer.training.optimizers import TransformerSchedule, adamw, compile_bert_pretrainer, warmup_cosine
+from kformer.training.optimizers import (TransformerSchedule, accumulating, adamw, compile_bert_pretrainer,
+                                         warmup_cosine)
 
 __all__ = [
     "BeamSampler",
@@ -70,6 +71,7 @@ __all__ = [
     "TransformerSchedule",
     "Translator",
     "ViTImageClassifier",
+    "accumulating",
     "adamw",
     "bert",
     "bert_pretrainer",

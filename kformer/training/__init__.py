@@ -2,7 +2,8 @@
 model state (atomic saves, the state restored on an error, one lock per model)."""
 
 from kformer.training.losses import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy
-from kformer.training.optimizers import TransformerSchedule, adamw, compile_bert_pretrainer, warmup_cosine
+from kformer.training.optimizers import (TransformerSchedule, accumulating, adamw, compile_bert_pretrainer,
+                                         warmup_cosine)
 
-__all__ = ["LabelSmoothedCrossEntropy", "SparseAccuracy", "SparseCrossEntropy", "TransformerSchedule", "adamw",
-           "compile_bert_pretrainer", "warmup_cosine"]
+__all__ = ["LabelSmoothedCrossEntropy", "SparseAccuracy", "SparseCrossEntropy", "TransformerSchedule", "accumulating",
+           "adamw", "compile_bert_pretrainer", "warmup_cosine"]

@@ -31,17 +31,21 @@ def warmup_cosine(peak, steps, warmup_fraction=0.1):
                                                   warmup_steps=warmup)
 
 
-def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1, global_clipnorm=None):
+def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1, global_clipnorm=None,
+          gradient_accumulation_steps=1):
     """AdamW with `warmup_cosine(peak, steps, warmup_fraction)`: the recipes' optimizer.
 
     Args:
         peak: float. Peak learning rate.
-        steps: int. Optimizer steps of the whole run.
+        steps: int. Training steps (batches) of the whole run.
         weight_decay: float. Defaults to `0.01` (BERT's; the ViT recipe passes its `--weight-decay`).
         warmup_fraction: float. Defaults to `0.1`.
         global_clipnorm: float or None. Gradients are scaled down together
             when their global norm exceeds it (the speech recipe: CTC's
             first steps). Defaults to `None` (no clipping).
+        gradient_accumulation_steps: int >= 1. Update the weights once every
+            this many batches, with their gradients' mean (`accumulating`).
+            Defaults to `1` (every batch).
 
     Example:
 
@@ -49,8 +53,54 @@ def adamw(peak, steps, weight_decay=0.01, warmup_fraction=0.1, global_clipnorm=N
     >>> type(optimizer).__name__, optimizer.weight_decay
     ('AdamW', 0.05)
     """
-    return keras.optimizers.AdamW(warmup_cosine(peak, steps, warmup_fraction), weight_decay=weight_decay,
-                                  global_clipnorm=global_clipnorm)
+    optimizer = keras.optimizers.AdamW(warmup_cosine(peak, steps, warmup_fraction), weight_decay=weight_decay,
+                                       global_clipnorm=global_clipnorm)
+    return accumulating(optimizer, gradient_accumulation_steps)
+
+
+def accumulating(optimizer, gradient_accumulation_steps):
+    """`optimizer` updating the weights once every `gradient_accumulation_steps` batches (Keras's
+    `gradient_accumulation_steps`): the memory of one batch, the update of a batch that many times larger.
+
+    The gradients of the batches in between are summed in the optimizer's
+    state (saved with it, so a run resumed mid-group goes on as if never
+    stopped), and the update uses their mean: `k` batches of `b` examples
+    give the update of one batch of `k * b`, clipping and weight decay
+    included, without dropout. Adam's moments count updates; learning-rate
+    schedules count batches, as Keras's do (each update takes the rate of
+    its last batch). Batches of a last, unfinished group update nothing.
+
+    Args:
+        optimizer: a Keras optimizer, not yet used to update weights.
+        gradient_accumulation_steps: int >= 1. `1` returns `optimizer` as it is.
+
+    Returns:
+        A Keras optimizer of `optimizer`'s class and settings.
+
+    Example:
+
+    >>> optimizer = accumulating(keras.optimizers.Adam(1e-3), 4)
+    >>> type(optimizer).__name__, optimizer.gradient_accumulation_steps
+    ('Adam', 4)
+    """
+    if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int) \
+            or gradient_accumulation_steps < 1:
+        raise ValueError(f"`gradient_accumulation_steps` must be an int >= 1. Received: "
+                         f"gradient_accumulation_steps={gradient_accumulation_steps!r}")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"`optimizer` must be a Keras optimizer. Received: optimizer={optimizer!r}")
+    if gradient_accumulation_steps == 1:
+        return optimizer
+    if optimizer.built:
+        raise ValueError(f"`optimizer` has already updated weights (its state is built); pass a new one. "
+                         f"Received: optimizer={optimizer!r}")
+    config = optimizer.get_config()
+    config["gradient_accumulation_steps"] = gradient_accumulation_steps
+    rate = optimizer._learning_rate
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) or \
+            (callable(rate) and not isinstance(rate, keras.Variable)):
+        config["learning_rate"] = rate  # the schedule object itself (a float rate is in the config)
+    return type(optimizer).from_config(config)
 
 
 def compile_bert_pretrainer(model, optimizer, objective="mlm_nsp", jit_compile="auto"):

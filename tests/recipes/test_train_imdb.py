@@ -90,7 +90,9 @@ def test_recipe_trains_saves_exports_and_never_overwrites(tmp_path, monkeypatch,
 @pytest.mark.only_backend("torch")  # the backup mechanics run on all three in tests/reliability; a tiny recipe
 # process costs least on torch (no graph to trace or compile)
 def test_killed_run_resumes_from_the_next_epoch(tmp_path, capsys):
-    flags = FLAGS + ["--epochs=3", "--no-export", f"--output-dir={tmp_path}"]
+    # 3 batches an epoch in groups of 2: the kill leaves half a group's gradients in the backup (that they
+    # resume to the same weights: tests/training/test_accumulation.py)
+    flags = FLAGS + ["--epochs=3", "--no-export", "--gradient-accumulation-steps=2", f"--output-dir={tmp_path}"]
     killed = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "recipes" / "kill_after_first_epoch.py"),
          "recipes.train_imdb", *flags], cwd=ROOT, capture_output=True, text=True,

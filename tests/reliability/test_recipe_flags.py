@@ -35,6 +35,7 @@ PARSED = [
     (train_translator, ["--no-repeat-ngram-size=-1"], "--no-repeat-ngram-size"),
     (train_translator, ["--split-by=sentence"], "--split-by"),
     (train_translator, ["--batch-size=0"], "--batch-size"),
+    (train_gpt, ["--gradient-accumulation-steps=0"], "--gradient-accumulation-steps: expected an integer >= 1"),
     (train_vit, ["--dataset=imagenet"], "--dataset"),
     (train_vit, ["--tfds", "--data-dir=."], "--tfds and --data-dir"),
     (pretrain_mini_bert, ["--finetune-epochs=-2"], "--finetune-epochs"),
