@@ -145,9 +145,14 @@ def decisions(_=None):
 
 
 def csv_file(name):
-    """A whole results file as a table, its provenance folded into one column."""
+    """A whole results file as a table: its provenance in a line below when every row shares it (one run),
+    else folded into two columns."""
     rows = read(name)
     own = [c for c in rows[0] if c not in PROVENANCE]
+    shared = {(measured(r), r["command"]) for r in rows}
+    if len(shared) == 1:
+        (where, command), = shared
+        return table(own, [tuple(r[c] for c in own) for r in rows]) + f"\n<sup>{where}; `{command}`.</sup>\n"
     return table([*own, "measured", "command"],
                  [(*(r[c] for c in own), measured(r), f"`{r['command']}`") for r in rows])
 
