@@ -186,6 +186,19 @@ class KformerModel(keras.Model):
         with self.distribute_strategy.scope():
             self._symbolic_build(data_batch=batch)
 
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras's `Model.quantize` (`"int8"`, `"int4"`, `"float8"`; GPTQ / AWQ with their config), quietly.
+
+        Keras warns once for every layer that has no quantized form (norms,
+        pooling, tokenizers, ...); they stay float, as intended, so those
+        warnings are not shown. The quantized layers are kept in the model's
+        config: the `.keras` file loads back quantized (`kformer.models.quantized`).
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Layer \S+ does not have a `quantize` method implemented",
+                                    category=UserWarning)
+            super().quantize(mode, config=config, filters=filters, **kwargs)
+
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
         for key in inspect.signature(type(self).__init__).parameters:
