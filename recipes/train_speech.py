@@ -157,9 +157,8 @@ def train(args, name, work_dir, train_data, val_data, scope):
     val_ds = preprocessor.dataset(val_data[0], model.encode_transcripts(val_data[1]), batch_size=args.batch_size)
     steps = args.epochs * -(-len(train_data[1]) // args.batch_size)
     with scope:
-        model.compile(models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay,
-                                   global_clipnorm=args.clip_norm or None,
-                                   gradient_accumulation_steps=args.gradient_accumulation_steps),
+        model.compile(common.accumulated(args, models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay,
+                                                            global_clipnorm=args.clip_norm or None)),
                       jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")

@@ -25,8 +25,8 @@ from kformer.layers.checks import known_index
 
 # Where the plain step pays over the readable one on benchmarks/decode_speed.py (`kformer_plain` against
 # `kformer_readable`, 128 new tokens, batch 1 and 16): backend -> the `decoding_family`s it is used for.
-# On JAX it pays at batch 1 and 4 and is level at 16 for both families (XLA compiles the readable step
-# well there); elsewhere it pays at every batch (docs/decisions.md#own-decoding, docs/performance.md).
+# On JAX it pays at small batches and is about level at 16 (XLA compiles the readable step well there);
+# the measured ratios are in docs/performance.md (docs/decisions.md#own-decoding).
 PAYS = {"tensorflow": ("translator", "causal"), "jax": ("translator", "causal"), "torch": ("translator", "causal")}
 
 
