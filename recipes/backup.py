@@ -11,8 +11,12 @@ import sys
 import keras
 import numpy as np
 
+from kformer.layers.lora import base_kernels
+from kformer.models import lora
+
 WEIGHTS = "model.weights.h5"
 META = "training_state.json"
+ADAPTERS = "lora.safetensors"  # a LoRA run's adapters (`kformer.models.lora`): weights hold the frozen base
 
 
 class AtomicBackupAndRestore(keras.callbacks.Callback):
@@ -29,6 +33,9 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
     raises `BackupWriteError` (an `OSError`) naming it and the error: the
     weights file is built in memory first, because HDF5 crashes the process
     (SIGSEGV) when a write to its file fails.
+
+    With LoRA adapters, the weights file holds the frozen base kernels (not the merged ones a `.keras`
+    file holds) and `lora.safetensors` the adapters, so a resumed run has the same base and adapters.
 
     An epoch whose loss or weights are not finite is not backed up, and training that
     ends that way keeps its backups: rerun with a lower learning rate and it
@@ -68,11 +75,18 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.diverged, self.finished, self.last_epoch = False, False, 0
+        adapted = bool(lora.adapted_layers(self.model))
         for epoch, folder in self.backups():
+            if (folder / ADAPTERS).exists() != adapted:
+                raise ValueError(f"The backup {folder} was written {'with' if not adapted else 'without'} LoRA "
+                                 f"adapters, and this run has {'none' if not adapted else 'them'}: rerun with the "
+                                 f"same --lora-rank, or remove {self.backup_dir} to start over.")
             try:
                 if self.model.optimizer is not None and not self.model.optimizer.built:
                     self.model.optimizer.build(self.model.trainable_variables)
-                self.model.load_weights(folder / WEIGHTS)
+                self.model.load_weights(folder / WEIGHTS)  # with adapters: the base; the adapters restart at 0
+                if adapted:
+                    lora.load_lora_weights(self.model, folder / ADAPTERS)  # ... and are restored here
             except Exception as err:  # noqa: BLE001 (h5py raises OSError, Keras ValueError, ...)
                 print(f"warning: backup {folder} is unreadable ({type(err).__name__}: "
                       f"{str(err)[:200]}); trying the previous one", file=sys.stderr, flush=True)
@@ -91,7 +105,10 @@ class AtomicBackupAndRestore(keras.callbacks.Callback):
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            _write(tmp / WEIGHTS, weights_file(self.model))
+            with base_kernels(self.model):  # LoRA: the frozen base, not the merged kernels
+                _write(tmp / WEIGHTS, weights_file(self.model))
+            if lora.adapted_layers(self.model):
+                lora.save_lora_weights(self.model, tmp / ADAPTERS)
             (tmp / META).write_text(json.dumps({"epoch": epoch + 1}))
             _fsync_folder(tmp)
         except BaseException as err:  # an interrupt too: leave no temporary folder

@@ -28,6 +28,7 @@ import sys
 import tempfile
 
 import keras  # recipes/__init__.py has turned TensorFlow's start-up logging down (kformer.runtime.quiet_startup)
+import numpy as np
 
 from kformer import models, runtime
 from kformer.export.versioning import write_new_version
@@ -130,6 +131,11 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
                        help=f"fine-tune a published {what} checkpoint instead of training a --preset from "
                             "scratch: a folder in the Hugging Face layout (transformers' save_pretrained) or an "
                             "hf://org/name handle (downloaded once with the network, then read from the cache)")
+        p.add_argument("--lora-rank", type=positive_int, default=None, metavar="R",
+                       help="with --from-pretrained: train rank-R LoRA adapters on the attention's query and value "
+                            "projections (and a new head) instead of every weight (models.enable_lora); the "
+                            "version folder also holds the adapters (lora_adapter.safetensors, and peft_adapter/ "
+                            "for peft), model.keras and the export the merged weights")
     else:
         p.add_argument("--learning-rate", type=positive_float, default=learning_rate)
     p.add_argument("--max-examples", type=positive_int, default=None,
@@ -181,7 +187,9 @@ def parse_args(parser, argv, default_preset=None):
                          f"model); pass one of them")
         if args.model_parallel > 1:
             parser.error("--model-parallel needs a --preset (its layout map), not --from-pretrained")
-    else:
+    elif getattr(args, "lora_rank", None) is not None:
+        parser.error("--lora-rank adapts a checkpoint: pass --from-pretrained SOURCE with it")
+    if source is None:
         if args.preset is None:
             args.preset = default_preset(args) if default_preset is not None else args._preset
         known = [n for n in models.list_models() if models.get_preset(n)["builder"] == args.builder]
@@ -458,6 +466,29 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
+def lora(args, model):
+    """`--lora-rank R`: LoRA adapters of rank R on `model`'s query and value projections; every other
+    weight frozen but a new head (`models.enable_lora`). Call before `compile`."""
+    if getattr(args, "lora_rank", None) is None:
+        return
+    model.enable_lora(args.lora_rank)
+    trained = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    total = sum(int(np.prod(w.shape)) for w in model.weights)
+    print(f"LoRA rank {args.lora_rank} on query and value: training {trained:,} of {total:,} weights "
+          f"({100 * trained / total:.2f} %)", flush=True)
+
+
+def _write_adapters(model, tmp_dir):
+    """A LoRA run's adapters beside the merged model: kformer's file, and a peft folder where the task has a
+    Hugging Face layout."""
+    from kformer.models import lora as lora_module
+
+    if not lora_module.adapted_layers(model):
+        return
+    model.save_lora_weights(tmp_dir / "lora_adapter.safetensors")
+    model.save_pretrained(tmp_dir / "peft_adapter", adapter_only=True)
+
+
 def version_writer(model, args, *, name, config, metrics, card, export_options=None, log=None,
                    attention=None, expert_load=None):
     """The `write(tmp_dir)` a recipe hands to `finish`: everything a version folder holds.
@@ -473,7 +504,8 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
             from kformer import export
 
             export.save_for_serving(model, tmp_dir, model_name=name, **(export_options or {}))
-        model.save(tmp_dir / "model.keras")
+        model.save(tmp_dir / "model.keras")  # with LoRA: the merged weights
+        _write_adapters(model, tmp_dir)
         write_json(tmp_dir / "config.json", config)
         write_json(tmp_dir / "metrics.json", metrics)
         figures = {} if args.no_plots else plots.write(tmp_dir, log=log, attention=attention,

@@ -9,6 +9,7 @@
     python -m recipes.train_imdb --tfds                         # the same, from TFDS imdb_reviews (online)
     python -m recipes.train_imdb --epochs 1 --max-examples 256  # quick smoke run
     python -m recipes.train_imdb --from-pretrained hf://google-bert/bert-base-uncased  # fine-tune BERT
+    python -m recipes.train_imdb --from-pretrained hf://google-bert/bert-base-uncased --lora-rank 8  # with LoRA
 
 A WordPiece vocabulary is learned from the training split; a review longer
 than `--sequence-length` keeps its last tokens (`--truncation`). The default
@@ -39,6 +40,8 @@ review (twice the steps).
 `hf://org/name` handle): a new two-class head on its pooled [CLS], the checkpoint's own
 vocabulary and normalizer, `--sequence-length` capped at its positions, learning rate 2e-5
 unless `--learning-rate` is given. It writes `<output-dir>/<checkpoint name>_imdb/<version>/`.
+With `--lora-rank R` only rank-R adapters on query and value and the new head train
+(`models.enable_lora`); the version folder then also holds the adapters.
 """
 
 import argparse
@@ -163,7 +166,9 @@ def pretrained_bert(args):
               **{k: checkpoint.get(k) for k in ("vocab_size", "hidden_size", "num_hidden_layers",
                                                 "num_attention_heads", "max_position_embeddings")},
               "sequence_length": sequence_length, "truncation": args.truncation,
-              "normalizer": model.preprocessor.tokenizer.normalizer, "num_classes": 2, "class_names": CLASS_NAMES}
+              "normalizer": model.preprocessor.tokenizer.normalizer, "num_classes": 2, "class_names": CLASS_NAMES,
+              **({"lora_rank": args.lora_rank} if args.lora_rank else {})}
+    common.lora(args, model)
     return model, model.preprocessor, config
 
 

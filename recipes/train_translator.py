@@ -217,7 +217,8 @@ def pretrained_marian(args):
     config = {"from_pretrained": args.from_pretrained, "model_type": "marian", "dataset": args.dataset,
               **{k: checkpoint.get(k) for k in ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
                                                 "encoder_attention_heads", "encoder_ffn_dim")},
-              "sequence_length": args.sequence_length}
+              "sequence_length": args.sequence_length, **({"lora_rank": args.lora_rank} if args.lora_rank else {})}
+    common.lora(args, model)
     return model, config
 
 

@@ -99,7 +99,9 @@ def pretrained_vit(args, class_names):
     config = {"from_pretrained": args.from_pretrained, "model_type": "vit", "new_head": new_head,
               **{k: checkpoint.get(k) for k in ("image_size", "patch_size", "hidden_size", "num_hidden_layers",
                                                 "num_attention_heads")},
-              "channels": 3, "class_names": class_names, "dataset": args.dataset}
+              "channels": 3, "class_names": class_names, "dataset": args.dataset,
+              **({"lora_rank": args.lora_rank} if args.lora_rank else {})}
+    common.lora(args, model)
     return model, config
 
 

@@ -23,6 +23,7 @@ from kformer.export.preprocessing import default_preprocessor
 from kformer.export.signatures import SIGNATURES, signature_set
 from kformer.export.versioning import write_new_version
 from kformer.export.worker import write_in_tensorflow
+from kformer.models import lora
 from kformer.models.postprocess import check_top_k
 
 
@@ -108,6 +109,7 @@ def save_for_serving(task, directory, *, generation=None, top_k=5, class_names=N
     >>> (path / "saved_model.pb").is_file()
     True
     """
+    task = lora.merged(task)  # LoRA adapters merged into the kernels: served as one plain model
     preprocessor, options = _options(task, generation, legacy, top_k=top_k, class_names=class_names,
                                      model_name=model_name, xla=xla, max_image_pixels=max_image_pixels)
     directory = pathlib.Path(directory)

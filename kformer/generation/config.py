@@ -178,7 +178,8 @@ class GenerationConfig:
                                  f"Received: num_return_sequences={self.num_return_sequences}")
 
     def replace(self, **overrides):
-        """A copy with `overrides` (checked). `end_token_id=` sets `stop_token_ids`; the 0.2 sampler keywords
+        """A copy with `overrides` (checked). A `max_new_tokens` replaces the config's `max_length` and the
+        other way round. `end_token_id=` sets `stop_token_ids`; the 0.2 sampler keywords
         (`strategy`, `num_beams`, `length_penalty`, `k`, `p`, `temperature`) still set the sampler, with a
         DeprecationWarning, until 0.3.
 
@@ -186,8 +187,13 @@ class GenerationConfig:
 
         >>> GenerationConfig().replace(end_token_id=3).stop_token_ids
         (3,)
+        >>> GenerationConfig(max_length=16).replace(max_new_tokens=6).max_length is None
+        True
         """
         overrides = dict(overrides)
+        for given, other in (("max_new_tokens", "max_length"), ("max_length", "max_new_tokens")):
+            if overrides.get(given) is not None and other not in overrides:
+                overrides[other] = None  # one length limit replaces the other (transformers' `generate` too)
         if "end_token_id" in overrides:
             overrides["stop_token_ids"] = overrides.pop("end_token_id")
         legacy = {key: overrides.pop(key) for key in LEGACY_SAMPLER_KEYS if key in overrides}

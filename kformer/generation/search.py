@@ -522,7 +522,10 @@ def generate(model, token_ids, config=None, *, streamer=None, pad_batch=True, **
     if plan.num_return_sequences > 1 and not plan.beams:  # samples: each row repeated, its own uniforms
         ids = np.repeat(ids, plan.num_return_sequences, axis=0)
         plan = dataclasses.replace(plan, num_return_sequences=1)
-    key = (id(model), plan, None if kinds is None else kinds.tobytes(), streamer is not None)
+    # the model's variables in the key: after `quantize` or `enable_lora` (variables replaced or added) the
+    # loop is traced again, not run with the weights it captured before
+    variables = hash(tuple(id(v) for v in model.weights))
+    key = (id(model), variables, plan, None if kinds is None else kinds.tobytes(), streamer is not None)
     backend = keras.backend.backend()
     xla = backend != "torch" and not (streamer is not None and backend == "tensorflow")  # TF streams from a graph
     with _COMPILED_GUARD:  # threads decoding at once each keep the loop they looked up

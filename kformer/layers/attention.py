@@ -11,6 +11,7 @@ from kformer.layers import masks
 from kformer.layers.attention_checks import check_cacheable, check_call
 from kformer.layers.checks import check_positive_floats, check_positive_ints, check_rank, check_rates, clone_initializer
 from kformer.layers.linear import over_rows
+from kformer.layers.lora import LoraEinsumDense
 from kformer.layers.position import RotaryEmbedding
 
 
@@ -119,7 +120,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _dense(self, equation, output_shape, bias_axes, name):
         """A projection applied to rows `(batch * len, ...)` (`_project`); `bias_axes` None: no bias."""
-        return keras.layers.EinsumDense(
+        return LoraEinsumDense(  # an EinsumDense whose LoRA factors are peft's (`kformer.layers.lora`)
             equation, output_shape=output_shape, bias_axes=bias_axes,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             bias_initializer=clone_initializer(self.bias_initializer), dtype=self.dtype_policy, name=name)

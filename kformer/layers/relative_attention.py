@@ -8,6 +8,7 @@ from keras import ops
 from kformer.layers import masks
 from kformer.layers.checks import check_positive_ints, check_rank, check_rates, clone_initializer
 from kformer.layers.linear import over_rows
+from kformer.layers.lora import LoraEinsumDense
 from kformer.layers.position import sinusoid
 
 
@@ -119,7 +120,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         )
 
     def _projection(self, equation, output_shape, bias_axes, name):
-        return keras.layers.EinsumDense(
+        return LoraEinsumDense(  # an EinsumDense whose LoRA factors are peft's (`kformer.layers.lora`)
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes,

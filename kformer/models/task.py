@@ -19,6 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kformer.models import lora
 from kformer.models.input_checks import (check_batch_size, check_labels, check_model_inputs, check_raw_type,
                                          check_weights, rows)
 from kformer.models.postprocess import classify
@@ -69,6 +70,10 @@ class KformerModel(keras.Model):
     >>> config["width"], Doubler.from_config(config).output.shape
     (3, (None, 6))
     """
+
+    # Names of layers `from_pretrained` initialized because the checkpoint lacks them (a BertForMaskedLM
+    # checkpoint's pooler): `enable_lora` trains them with the adapters, as a new head.
+    new_layers = ()
 
     def __init__(self, *args, **kwargs):
         unknown = sorted(set(kwargs) - MODEL_ARGUMENTS)
@@ -127,16 +132,20 @@ class KformerModel(keras.Model):
         return save_atomically(self, filepath, lambda path, **kw: super(KformerModel, self).save(path, *args, **kw),
                                **kwargs)
 
-    def save_pretrained(self, folder, overwrite=False):
-        """Write the Hugging Face layout that `transformers` opens (`kformer.models.pretrained.save`)."""
+    def save_pretrained(self, folder, overwrite=False, adapter_only=False):
+        """Write the Hugging Face layout that `transformers` opens (`kformer.models.pretrained.save`): the
+        merged weights, or with `adapter_only=True` the LoRA adapters as a peft adapter folder."""
         if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
             raise ValueError(f"`folder` must be a str or path of the folder to write. Received: folder={folder!r}")
         blocking = next((p for p in pathlib.Path(folder).absolute().parents if p.exists() and not p.is_dir()), None)
         if blocking is not None:
             raise ValueError(f"`folder`={os.fspath(folder)!r} lies below {str(blocking)!r}, which is a file, not a "
                              "folder; nothing was written.")
-        check_float(self, "save_pretrained")
-        return PRETRAINED_WRITERS["huggingface"](self, folder, overwrite=overwrite)
+        if not isinstance(adapter_only, bool):
+            raise ValueError(f"`adapter_only` must be a bool. Received: adapter_only={adapter_only!r}")
+        if not adapter_only:  # the adapters alone are float over any base
+            check_float(self, "save_pretrained")
+        return PRETRAINED_WRITERS["huggingface"](self, folder, overwrite=overwrite, adapter_only=adapter_only)
 
     def transformer_blocks(self):
         """`(owner, encoder blocks, decoder blocks)`: the Transformer blocks this model runs and the functional
@@ -194,10 +203,35 @@ class KformerModel(keras.Model):
         warnings are not shown. The quantized layers are kept in the model's
         config: the `.keras` file loads back quantized (`kformer.models.quantized`).
         """
+        lora.check_keras_quantize(self)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"Layer \S+ does not have a `quantize` method implemented",
                                     category=UserWarning)
             super().quantize(mode, config=config, filters=filters, **kwargs)
+
+    def enable_lora(self, rank, target_names=("query", "value"), alpha=None):
+        """LoRA adapters of rank `rank` on the projections named in `target_names` (`"query"`, `"key"`,
+        `"value"`, `"attention_output"`, `"mlp_in"`, `"mlp_out"`); every other weight is frozen except a
+        classifier's new head. The outputs are unchanged until training; compile after enabling.
+        `.keras` files, `save_pretrained` and exports hold the merged weights (`kformer.models.lora`).
+
+        Example:
+
+        >>> from kformer import models
+        >>> task = models.text_classifier(preset="imdb_tiny", vocabulary_size=100, sequence_length=8)
+        >>> layers = task.enable_lora(4)
+        >>> sorted({w.name for w in task.trainable_weights})
+        ['bias', 'kernel', 'lora_kernel_a', 'lora_kernel_b']
+        """
+        return lora.enable_lora(self, rank, target_names=target_names, alpha=alpha)
+
+    def save_lora_weights(self, path):
+        """Write the LoRA adapters and the new head (a small safetensors file; `kformer.models.lora`)."""
+        return lora.save_lora_weights(self, path)
+
+    def load_lora_weights(self, path):
+        """Load what `save_lora_weights` wrote, enabling the same adapters first if needed."""
+        return lora.load_lora_weights(self, path)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}

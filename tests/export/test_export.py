@@ -84,6 +84,13 @@ def exported_and_answered(tokenizer, tmp_path_factory):
     quantized.quantize("int8")  # on JAX and torch the TensorFlow worker rebuilds it from its .keras file
     path = export.export_for_serving(quantized, base / "imdb_int8")
     add(path, "serving_default", text, {"probabilities": quantized.predict(TEXTS, verbose=0)})
+    adapted = models.text_classifier(preset="imdb_tiny", vocabulary_size=vocab, sequence_length=32,
+                                     class_names=CLASSES, preprocessor=TextClassifierPreprocessor(tokenizer, 32))
+    adapted.enable_lora(4, target_names=("query", "value", "mlp_in"))
+    for variable in adapted.trainable_weights:  # as after training: adapters and head moved
+        variable.assign(np.asarray(variable) + np.random.default_rng(0).normal(0, 0.3, variable.shape))
+    path = export.export_for_serving(adapted, base / "imdb_lora")  # served merged
+    add(path, "serving_default", text, {"probabilities": adapted.predict(TEXTS, verbose=0)})
 
     if "translator" in DECODING:
         _export_translator(tokenizer, base, text, add)
@@ -217,6 +224,17 @@ def test_each_weight_is_stored_once(served):
             if value is not None and value.size > 64 and value.min() != value.max():  # random: a twin is a copy
                 assert seen.setdefault(value.tobytes(), key) == key, (path, key, seen[value.tobytes()])
         assert seen, path
+
+
+def test_a_lora_export_serves_merged_kernels_without_the_adapters(served):
+    paths = {pathlib.Path(p).parent.name: pathlib.Path(p) for p, _, _ in served[0]}
+
+    def stored(name):
+        reader = tf.train.load_checkpoint(str(paths[name] / "variables" / "variables"))
+        return sorted(shape for key, shape in reader.get_variable_to_shape_map().items()
+                      if key.endswith("VARIABLE_VALUE"))
+
+    assert stored("imdb_lora") == stored("imdb")  # the same variables as the plain classifier: no factors
 
 
 @tf_exports_only

@@ -186,6 +186,12 @@ def test_config_checks_and_the_0_2_keywords():
     with pytest.raises(ValueError, match="Give `max_length` or `max_new_tokens`, not both"):
         GenerationConfig(max_length=4, max_new_tokens=2).resolve("causal", PROMPTS, vocabulary_size=40)
     assert GenerationConfig(max_new_tokens=3).resolve("causal", PROMPTS, vocabulary_size=40).length == 7
+    # a call's length limit replaces the config's other one (a task's default `max_length`)
+    assert GenerationConfig(max_length=16).replace(max_new_tokens=3).resolve(
+        "causal", PROMPTS, vocabulary_size=40).length == 7
+    assert GenerationConfig(max_new_tokens=3).replace(max_length=5).max_new_tokens is None
+    with pytest.raises(ValueError, match="not both"):  # both given at once is still refused
+        GenerationConfig().replace(max_length=4, max_new_tokens=2).resolve("causal", PROMPTS, vocabulary_size=40)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config = GenerationConfig().replace(strategy="beam", num_beams=3, length_penalty=1.0)

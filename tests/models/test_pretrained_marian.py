@@ -287,3 +287,38 @@ def test_detokenizing_in_the_graph_equals_sentencepiece(checkpoint, translator):
     agree = sum(a == b for a, b in zip(graph, expected))
     print(f"in-graph detokenization agrees with MarianTokenizer on {agree} of {len(rows)} rows")
     assert agree == len(rows), [(a, b) for a, b in zip(graph, expected) if a != b][:3]
+
+
+def test_peft_adapters_load_with_the_peft_models_logits_and_kformer_adapters_open_in_peft(checkpoint, tmp_path):
+    """A peft LoRA adapter on the encoder's and decoder's projections (non-zero factors) gives the peft model's
+    logits; adapters trained in kformer, written with `adapter_only=True`, give kformer's logits in peft."""
+    peft = pytest.importorskip("peft")
+    folder, reference, _, _ = checkpoint
+    pad = reference.config.pad_token_id
+    rng = np.random.default_rng(0)
+    source, target = rng.integers(1, pad, (2, 10)).astype("int32"), rng.integers(1, pad, (2, 6)).astype("int32")
+    source[1, 7:], target[:, 0] = pad, pad
+    inputs = {"encoder_token_ids": source, "decoder_token_ids": target}
+    torch.manual_seed(0)
+    adapted = peft.get_peft_model(transformers.MarianMTModel.from_pretrained(folder).eval(), peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "out_proj", "fc1"])).eval()
+    with torch.no_grad():
+        for name, parameter in adapted.named_parameters():
+            if "lora_" in name:
+                parameter.normal_(0.0, 0.1)
+    adapted.save_pretrained(tmp_path / "adapter")
+    expected = _reference_logits(adapted, source, target, pad)
+    assert np.abs(expected - _reference_logits(reference, source, target, pad)).max() > 1e-2
+    task = from_pretrained(folder, adapter=tmp_path / "adapter")
+    got = np.asarray(keras.ops.convert_to_numpy(task.predict_on_batch(inputs)))
+    print(f"\n{keras.backend.backend()}: max |logit difference| with a peft adapter {np.abs(got - expected).max():.3g}")
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+    own = from_pretrained(folder)
+    own.enable_lora(3, target_names=("query", "key", "value", "mlp_out"))
+    for variable in own.trainable_weights:
+        variable.assign(rng.normal(0, 0.1, variable.shape).astype("float32"))
+    got = np.asarray(keras.ops.convert_to_numpy(own.predict_on_batch(inputs)))
+    written = own.save_pretrained(tmp_path / "kformer_adapter", adapter_only=True)
+    in_peft = peft.PeftModel.from_pretrained(transformers.MarianMTModel.from_pretrained(folder).eval(), written)
+    np.testing.assert_allclose(_reference_logits(in_peft.eval(), source, target, pad), got, atol=1e-4)

@@ -90,16 +90,28 @@ def test_imdb_fine_tunes_bert_and_serves_its_vocabulary(bert_checkpoint, tmp_pat
 
 
 @pytest.mark.only_backend("torch")  # the recipe code is the backend's; export is tested above and in tests/export
-def test_vit_fine_tunes_on_mnist_with_a_new_head(vit_checkpoint, tmp_path):
-    run_dir = train_vit.main(RUN + [f"--from-pretrained={vit_checkpoint}", "--no-export",
+def test_vit_fine_tunes_on_mnist_with_a_new_head_and_lora(vit_checkpoint, tmp_path, capsys):
+    """With `--lora-rank`: model.keras holds the merged weights, and the adapters written beside it
+    (kformer's file, and a peft folder) put the same predictions on the checkpoint."""
+    run_dir = train_vit.main(RUN + [f"--from-pretrained={vit_checkpoint}", "--no-export", "--lora-rank=4",
                                     f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "tiny-vit_mnist" / "1"
+    assert "LoRA rank 4 on query and value: training" in capsys.readouterr().out
     metrics, config = _card_and_metrics(run_dir, vit_checkpoint)
-    assert metrics["learning_rate"] == 3e-5 and config["new_head"] is True
+    assert metrics["learning_rate"] == 3e-5 and config["new_head"] is True and config["lora_rank"] == 4
     model = models.load(run_dir)
     assert model.num_classes == 10 and model.class_names == [str(d) for d in range(10)]
-    digits = np.zeros((2, 28, 28, 1), "uint8")  # grayscale 28x28 in, resized to 32x32 RGB
-    assert model.predict(digits, verbose=0).shape == (2, 10)
+    assert not [w for w in model.weights if "lora" in w.path]  # merged
+    images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3)).astype("float32")
+    want = keras.ops.convert_to_numpy(model(images, training=False))
+    assert want.shape == (2, 10)
+    for adapter in ("lora_adapter.safetensors", "peft_adapter"):
+        base = models.from_pretrained(vit_checkpoint, num_classes=10)
+        if adapter.endswith(".safetensors"):
+            base.load_lora_weights(run_dir / adapter)
+        else:
+            base = models.from_pretrained(vit_checkpoint, num_classes=10, adapter=run_dir / adapter)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(base(images, training=False)), want, atol=1e-5)
 
 
 def test_vit_loader_keeps_or_replaces_the_head(vit_checkpoint):
@@ -127,6 +139,12 @@ def test_from_pretrained_flags(recipe, tmp_path, capsys):
     assert scratch.learning_rate == 1e-3 and tuned.learning_rate == (2e-5 if recipe is train_imdb else 3e-5)
     assert scratch.from_pretrained is None and tuned.preset is None
     assert recipe.parse_args(["--from-pretrained=x", "--learning-rate=1e-4"]).learning_rate == 1e-4
+    assert recipe.parse_args(["--from-pretrained=x", "--lora-rank=8"]).lora_rank == 8 and tuned.lora_rank is None
+    for bad, message in (["--lora-rank=4"], "--lora-rank adapts a checkpoint"), (
+            ["--from-pretrained=x", "--lora-rank=0"], "argument --lora-rank: expected an integer >= 1"):
+        with pytest.raises(SystemExit) as exit_info:
+            recipe.parse_args(bad)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert "from_pretrained" not in common.MAY_CHANGE_ON_RESUME
     # a rerun with another checkpoint does not resume the unfinished run
     common.training_dir(recipe.parse_args([f"--output-dir={tmp_path}", "--from-pretrained=a"]), "run")
@@ -155,6 +173,31 @@ def test_readme_pretrained_lines_run(bert_checkpoint, tmp_path, monkeypatch):
     served = tf.saved_model.load(str(tmp_path / "serving" / "imdb_bert" / "1")).signatures["serving_default"]
     np.testing.assert_allclose(served(text=tf.constant(TEXTS))["probabilities"].numpy(),
                                bert.predict(TEXTS, verbose=0), atol=1e-5)
+
+
+@pytest.mark.only_backend("tensorflow")  # it exports
+def test_readme_lora_lines_run(bert_checkpoint, tmp_path, monkeypatch):
+    """The README's LoRA lines, as written, on the tiny checkpoint: the served model is the merged one, and
+    the peft folder puts the same predictions on the checkpoint (with the new head, and the pooler this
+    masked-LM checkpoint lacks, as `modules_to_save`)."""
+    import re
+
+    import tensorflow as tf
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Fine-tune with LoRA"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "enable_lora" in code and "adapter_only=True" in code
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(code.replace("hf://google-bert/bert-base-uncased", str(bert_checkpoint))  # noqa: S102
+             .replace("max_examples=2000", "max_examples=64"), namespace)
+    want = namespace["bert"].predict(TEXTS, verbose=0)
+    served = tf.saved_model.load(str(tmp_path / "serving" / "imdb_bert_lora" / "1")).signatures["serving_default"]
+    np.testing.assert_allclose(served(text=tf.constant(TEXTS))["probabilities"].numpy(), want, atol=1e-5)
+    again = models.from_pretrained(bert_checkpoint, task="text_classification", num_classes=2,
+                                   adapter=tmp_path / "imdb_bert_lora")
+    np.testing.assert_allclose(again.predict(TEXTS, verbose=0), want, atol=1e-5)
 
 
 @pytest.mark.only_backend("torch")  # a tiny recipe process costs least here; the export goes through TensorFlow

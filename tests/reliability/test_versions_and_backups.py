@@ -168,3 +168,40 @@ def test_a_failed_version_write_exits_1_and_keeps_the_training_state(tmp_path, c
     assert message.startswith(f"error: could not write the new version in {tmp_path / 'm'} (its temporary folder "
                               f"is removed; the training state stays in {work_dir}): [Errno 27] File too large: ")
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["_training"]  # no .tmp-*, no version
+
+
+def test_a_lora_run_resumes_with_its_frozen_base_and_its_adapters(tmp_path):
+    """The backup of a LoRA run holds the base kernels and the adapters apart (a `.keras` file holds them
+    merged): a resumed run has exactly the same base, adapters and optimizer state."""
+    from tests.models.cases import small_model
+
+    def adapted():
+        keras.utils.set_random_seed(0)
+        task = small_model("imdb_tiny")
+        task.enable_lora(2, target_names=("query", "value", "mlp_in"))
+        task.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        return task
+
+    first = adapted()
+    ids = np.random.default_rng(0).integers(1, first.vocabulary_size, (8, first.sequence_length)).astype("int32")
+    labels = np.arange(8) % 2
+    first.fit(ids, labels, epochs=1, verbose=0)  # adapters and optimizer state moved
+    saving = AtomicBackupAndRestore(tmp_path / "backup")
+    saving.set_model(first)
+    saving.on_epoch_end(0)
+    assert (tmp_path / "backup" / "epoch-1" / backup_module.ADAPTERS).is_file()
+
+    second = adapted()
+    resuming = AtomicBackupAndRestore(tmp_path / "backup")
+    resuming.set_model(second)
+    resuming.on_train_begin()
+    assert resuming.last_epoch == 1
+    for a, b in zip(first.weights + first.optimizer.variables, second.weights + second.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+
+    plain = small_model("imdb_tiny")  # a rerun without --lora-rank must not take the base for the model
+    plain.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    refused = AtomicBackupAndRestore(tmp_path / "backup")
+    refused.set_model(plain)
+    with pytest.raises(ValueError, match="written with LoRA adapters, and this run has none"):
+        refused.on_train_begin()

@@ -13,13 +13,15 @@ opens in `transformers`; each family module keeps one table of (Hugging Face ten
 variable, transform) that serves both directions.
 """
 
+import os
+
 from kformer.models import task as task_module
 from kformer.models.pretrained.common import read_config, resolve
 
 FAMILIES = ("bert", "gpt2", "gpt_neo", "marian", "vit")
 
 
-def from_pretrained(source, task=None, **kwargs):
+def from_pretrained(source, task=None, adapter=None, **kwargs):
     """Load a published checkpoint as a kformer task with its preprocessor.
 
     Args:
@@ -27,6 +29,10 @@ def from_pretrained(source, task=None, **kwargs):
             `hf://org/name` handle or a `kaggle://owner/model/framework/variation[/version]` handle.
         task: which head, where the checkpoint allows several (BERT: "backbone", "fill_mask",
             "text_classification"); None picks the checkpoint's own.
+        adapter: a peft LoRA adapter folder (`adapter_config.json`, `adapter_model.safetensors`) trained
+            on this checkpoint, applied to the loaded task (`kformer.models.pretrained.peft`): its
+            outputs then equal the peft model's, and only the adapters and a classifier's head train.
+            Defaults to None.
         **kwargs: the family's options: BERT `num_classes` (a new classification head) and
             `sequence_length` (the preprocessor's, at most the checkpoint's positions); ViT
             `num_classes` (a new head when it differs; required for a keras-hub `ViTBackbone`
@@ -46,6 +52,17 @@ def from_pretrained(source, task=None, **kwargs):
     ...
     ValueError: `source` must be a checkpoint folder (config.json and weights). Received: source='/no/such/checkpoint' (does not exist)
     """
+    if adapter is not None and (not isinstance(adapter, (str, os.PathLike)) or not os.fspath(adapter)):
+        raise ValueError(f"`adapter` must be the path of a peft adapter folder. Received: adapter={adapter!r}")
+    model = _load(source, task, **kwargs)
+    if adapter is not None:
+        from kformer.models.pretrained import peft
+
+        peft.load_adapter(model, resolve(adapter), family_of(model))  # a folder, or an `hf://` repository
+    return model
+
+
+def _load(source, task, **kwargs):
     folder = resolve(source)
     config = read_config(folder)
     from kformer.models.pretrained import keras_hub
@@ -69,7 +86,7 @@ def from_pretrained(source, task=None, **kwargs):
     return family.load(folder, config, task=task, **kwargs)
 
 
-def save(task, folder, overwrite=False):
+def save(task, folder, overwrite=False, adapter_only=False):
     """Write a kformer task as a Hugging Face checkpoint folder that `transformers` opens.
 
     `config.json`, `model.safetensors` and the tokenizer (or image processor) files of the
@@ -83,6 +100,9 @@ def save(task, folder, overwrite=False):
         task: the kformer model.
         folder: str or path. The folder to write; a non-empty one is refused unless `overwrite`.
         overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+        adapter_only: bool. Write the LoRA adapters (and a classifier's head) as a peft adapter
+            folder (`adapter_config.json`, `adapter_model.safetensors`) that
+            `peft.PeftModel.from_pretrained` reads, instead of the merged checkpoint. Defaults to `False`.
 
     Returns:
         `pathlib.Path(folder)`, which `from_pretrained` and transformers' `from_pretrained` read.
@@ -92,6 +112,18 @@ def save(task, folder, overwrite=False):
         classifier.save_pretrained("exported/imdb_bert")
         transformers.BertForSequenceClassification.from_pretrained("exported/imdb_bert")
     """
+    family = family_of(task)
+    if not isinstance(overwrite, bool):
+        raise ValueError(f"`overwrite` must be a bool. Received: overwrite={overwrite!r}")
+    if adapter_only:
+        from kformer.models.pretrained import peft
+
+        return peft.save_adapter(task, folder, family, overwrite=overwrite)
+    return family.save(task, folder, overwrite=overwrite)
+
+
+def family_of(task):
+    """The family module that writes `task`: its `save`, and `table(task)`, the tensor table `save` writes."""
     from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier
     from kformer.models.gpt import CausalLM
     from kformer.models.translator import Translator
@@ -111,9 +143,7 @@ def save(task, folder, overwrite=False):
         raise ValueError(f"{type(task).__name__} has no Hugging Face family kformer writes (supported: BertBackbone, "
                          "BertPretrainer, BertTextClassifier, CausalLM, Translator (Marian), ViTImageClassifier); "
                          "nothing was written.")
-    if not isinstance(overwrite, bool):
-        raise ValueError(f"`overwrite` must be a bool. Received: overwrite={overwrite!r}")
-    return family.save(task, folder, overwrite=overwrite)
+    return family
 
 
 task_module.PRETRAINED_WRITERS["huggingface"] = save  # `KformerModel.save_pretrained`

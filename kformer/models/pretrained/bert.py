@@ -111,6 +111,11 @@ def load(folder, config, task=None, num_classes=None, sequence_length=None, **kw
         if has_classifier:
             table += linear(model.head, "classifier", args["hidden_dim"], num_classes)
     assign_all(to_kformer(weights, table, file))
+    fresh = [name for name, given in (("pooler", f"{prefix}pooler.dense.weight" in weights),
+                                      ("nsp_logits", task != "fill_mask" or "cls.seq_relationship.weight" in weights))
+             if not given]
+    if fresh:  # trained with LoRA adapters, as a new head is (`kformer.models.lora`)
+        model.new_layers = tuple(fresh)
     return model
 
 
@@ -442,18 +447,26 @@ def save(task, folder, overwrite=False):
               "layer_norm_eps": float(backbone.layer_norm_epsilon), "position_embedding_type": "absolute",
               "is_decoder": False, "add_cross_attention": False, "pad_token_id": 0, "tie_word_embeddings": True,
               "initializer_range": 0.02, "dtype": "float32"}
-    table = backbone_table(backbone, prefix)
-    if isinstance(task, BertPretrainer):
-        table += mlm_table(task)
-    elif isinstance(task, BertTextClassifier):
+    if isinstance(task, BertTextClassifier):
         names = list(task.class_names) if task.class_names else [f"LABEL_{i}" for i in range(task.num_classes)]
         config.update(classifier_dropout=float(task.dropout), problem_type="single_label_classification",
                       id2label={str(i): name for i, name in enumerate(names)},
                       label2id={name: i for i, name in enumerate(names)})
-        table += linear(task.head, "classifier", backbone.hidden_dim, task.num_classes)
     files = tokenizer_files(task, getattr(task, "preprocessor", None))  # refusals first: nothing written yet
-    files.update({"config.json": write_json(config), "model.safetensors": to_hf(table)})
+    files.update({"config.json": write_json(config), "model.safetensors": to_hf(table(task))})
     return write_folder(folder, files, overwrite)
+
+
+def table(task):
+    """The `Entry` table of a `BertBackbone`, `BertPretrainer` or `BertTextClassifier` (`save`'s names)."""
+    from kformer.models.bert import BertBackbone, BertPretrainer
+
+    if isinstance(task, BertBackbone):
+        return backbone_table(task)
+    table = backbone_table(task.backbone, "bert.")
+    if isinstance(task, BertPretrainer):
+        return table + mlm_table(task)
+    return table + linear(task.head, "classifier", task.backbone.hidden_dim, task.num_classes)
 
 
 def tokenizer_files(task, preprocessor):

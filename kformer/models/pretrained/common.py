@@ -60,7 +60,7 @@ def resolve(source):
         where = cache_dir() / "hf"
         patterns = ["config.json", "*.safetensors", "*.safetensors.index.json", "vocab.txt", "vocab.json",
                     "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "preprocessor_config.json"]
+                    "preprocessor_config.json", "adapter_config.json"]  # and peft adapters' files
         try:
             return pathlib.Path(huggingface_hub.snapshot_download(repo, cache_dir=where, allow_patterns=patterns,
                                                                   local_files_only=True))
@@ -239,6 +239,18 @@ def read_safetensors(path):
             raise ValueError(f"{path}: tensors {first!r} and {second!r} share bytes {start}-{end} (overlapping "
                              "`data_offsets`, which the safetensors format forbids): the file is damaged or forged.")
     return tensors
+
+
+def read_safetensors_metadata(path):
+    """The `__metadata__` dict of a safetensors file (empty when it has none)."""
+    with open(path, "rb") as file:
+        size = int.from_bytes(file.read(8), "little")
+        try:
+            header = json.loads(file.read(size).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError(f"{path} is not a safetensors file: its header does not parse.") from None
+    metadata = header.get("__metadata__", {}) if isinstance(header, dict) else {}
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def take(weights, name, shape, file="model.safetensors"):

@@ -9,6 +9,7 @@ PIL bilinear with antialiasing when shrinking).
 
 import json
 import math
+import re
 
 from kformer.models.pretrained.common import (CONV, Entry, assign_all, check_sizes, field, linear, norm, read_weights,
                                                refuse, to_hf, to_kformer, write_folder, write_json)
@@ -199,6 +200,22 @@ def _channel_values(file, key, value, channels, positive):
         raise ValueError(f"{file}: `{key}`={value!r} must be {channels} finite numbers (one per channel"
                          f"{', positive' if positive else ''}); the checkpoint was not loaded.")
     return [float(v) for v in values]
+
+
+# transformers 5 names ViT's modules anew (`vit.layers.N.attention.q_proj`, ...) and still writes
+# checkpoints with the older names of `table`; a peft adapter holds the module names of the
+# transformers it was trained with: adapters for either load, and adapters are written with these.
+MODULES = {"attention.attention.query": "attention.q_proj", "attention.attention.key": "attention.k_proj",
+           "attention.attention.value": "attention.v_proj", "attention.output.dense": "attention.o_proj",
+           "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2"}
+
+
+def module_name(name):
+    """transformers 5's module name for `table`'s `vit.encoder.layer.N.<part>` (others unchanged)."""
+    match = re.fullmatch(r"vit\.encoder\.layer\.(\d+)\.(.+)", name)
+    if match and match.group(2) in MODULES:
+        return f"vit.layers.{match.group(1)}.{MODULES[match.group(2)]}"
+    return name
 
 
 def table(model, head=True):
