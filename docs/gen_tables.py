@@ -157,6 +157,20 @@ def csv_file(name):
                  [(*(r[c] for c in own), measured(r), f"`{r['command']}`") for r in rows])
 
 
+def backends(name):
+    """A results file's newest run over the backends (one command with `--backends`): one row per backend and
+    setting, the backend first; the date, commit, machine and command (without its `KERAS_BACKEND=`) below."""
+    rows = read(name)
+    newest = [r for r in rows if (r["commit"], r["date"]) == (rows[-1]["commit"], rows[-1]["date"])]
+    own = [c for c in newest[0] if c not in PROVENANCE]
+    body = table(["backend", *own], [(r["backend"], *(r[c] for c in own)) for r in newest])
+    commands = sorted({r["command"].split(" ", 1)[1] if r["command"].startswith("KERAS_BACKEND=") else r["command"]
+                       for r in newest})
+    first = newest[0]
+    return body + (f"\n<sup>{first['date']}, `{first['commit']}`, {first['machine']}; "
+                   f"{', '.join(f'`{c}`' for c in commands)}.</sup>\n")
+
+
 def marian(_=None):
     """`marian_decode.csv`'s newest run: kformer's decoding seconds beside transformers', per backend, batch size
     and strategy, the ratio in bold (above 1: kformer faster); where and how it ran below the table."""
@@ -202,7 +216,7 @@ def decode(_=None):
 
 BACKENDS = ("tensorflow", "jax", "torch")
 TABLES = {"recipes": recipes, "decode": decode, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision,
-          "decisions": decisions, "csv": csv_file, "marian": marian}
+          "decisions": decisions, "csv": csv_file, "backends": backends, "marian": marian}
 
 
 def render(name, arg):

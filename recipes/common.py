@@ -31,6 +31,7 @@ import keras  # recipes/__init__.py has turned TensorFlow's start-up logging dow
 import numpy as np
 
 from kformer import models, runtime
+from kformer.cli import QUANTIZE_MODES
 from kformer.export.versioning import write_new_version
 from recipes import lock, model_card, plots, prepared
 from recipes.backup import AtomicBackupAndRestore, weights_are_finite
@@ -104,13 +105,26 @@ positive_float = bounded(float, 0.0, open_low=True)
 VOCABULARY_SIZE = bounded(int, 64, 10_000_000)  # WordPiece: special tokens + the alphabet at least
 
 
-def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds=False, pretrained=None):
+LORA_TARGETS = ("query", "key", "value", "attention_output", "mlp_in", "mlp_out")
+
+
+def _lora_targets(text):
+    names = list(LORA_TARGETS) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in LORA_TARGETS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected names from {','.join(LORA_TARGETS)} or 'all', got {text!r}")
+    return names
+
+
+def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds=False, pretrained=None,
+                quantize=True):
     """The flags every recipe shares; `builder` limits `--preset` to that builder's presets.
 
     `tfds=True` adds `--tfds`: read the data with tensorflow_datasets instead of files.
     `preset=None`: the recipe picks one after parsing (`parse_args(default_preset=...)`).
     `pretrained=(what, learning_rate)` adds `--from-pretrained SOURCE` (fine-tune a published
     checkpoint of `what`, e.g. "BERT", instead of a `--preset`) with its own default learning rate.
+    `quantize=False` leaves out `--quantize` (a recipe whose models share weights, quantized together).
     """
     p = argparse.ArgumentParser(description=doc.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
@@ -132,10 +146,13 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
                             "scratch: a folder in the Hugging Face layout (transformers' save_pretrained) or an "
                             "hf://org/name handle (downloaded once with the network, then read from the cache)")
         p.add_argument("--lora-rank", type=positive_int, default=None, metavar="R",
-                       help="with --from-pretrained: train rank-R LoRA adapters on the attention's query and value "
-                            "projections (and a new head) instead of every weight (models.enable_lora); the "
-                            "version folder also holds the adapters (lora_adapter.safetensors, and peft_adapter/ "
-                            "for peft), model.keras and the export the merged weights")
+                       help="with --from-pretrained: train rank-R LoRA adapters (and a new head) instead of every "
+                            "weight (models.enable_lora); the version folder also holds the adapters "
+                            "(lora_adapter.safetensors, and peft_adapter/ for peft), model.keras and the export "
+                            "the merged weights")
+        p.add_argument("--lora-targets", type=_lora_targets, default=["query", "value"], metavar="NAMES",
+                       help="with --lora-rank: the projections adapted, comma-separated from "
+                            f"{','.join(LORA_TARGETS)}, or 'all' (default query,value)")
     else:
         p.add_argument("--learning-rate", type=positive_float, default=learning_rate)
     p.add_argument("--max-examples", type=positive_int, default=None,
@@ -160,6 +177,10 @@ def make_parser(doc, *, builder, preset, epochs, batch_size, learning_rate, tfds
     p.add_argument("--gradient-accumulation-steps", type=positive_int, default=1, metavar="K",
                    help="update the weights once every K batches with their gradients' mean: the update of a "
                         "K times larger --batch-size in the memory of one (models.accumulating)")
+    if quantize:
+        p.add_argument("--quantize", choices=QUANTIZE_MODES, default=None,
+                       help="after training, quantize the model's weights (task.quantize): the test metrics, "
+                            "model.keras and the export are the quantized model's")
     p.add_argument("--no-export", action="store_true", help="skip the TF Serving SavedModel")
     p.add_argument("--no-plots", action="store_true",
                    help="skip curves.png and attention.png in the version folder")
@@ -189,6 +210,12 @@ def parse_args(parser, argv, default_preset=None):
             parser.error("--model-parallel needs a --preset (its layout map), not --from-pretrained")
     elif getattr(args, "lora_rank", None) is not None:
         parser.error("--lora-rank adapts a checkpoint: pass --from-pretrained SOURCE with it")
+    if getattr(args, "lora_rank", None) is None and tuple(getattr(args, "lora_targets", ())) not in (
+            (), ("query", "value")):
+        parser.error("--lora-targets chooses what --lora-rank adapts: pass --lora-rank R with it")
+    if getattr(args, "lora_rank", None) is not None and getattr(args, "quantize", None) is not None:
+        parser.error("--quantize and --lora-rank: quantize the merged model after the run instead "
+                     "(kformer export VERSION_FOLDER --quantize MODE)")
     if source is None:
         if args.preset is None:
             args.preset = default_preset(args) if default_preset is not None else args._preset
@@ -351,7 +378,7 @@ def progress_verbosity(args):
 MAY_CHANGE_ON_RESUME = {"epochs", "finetune_epochs", "patience", "verbose", "no_export", "no_plots", "jit_compile",
                         "learning_rate", "finetune_learning_rate", "max_test_examples", "num_beams",
                         "sample_length", "compare_scratch", "no_repeat_ngram_size", "serving_xla",
-                        "max_length_ratio", "max_length_offset", "max_ood_examples"}
+                        "max_length_ratio", "max_length_offset", "max_ood_examples", "quantize"}
 
 
 def training_dir(args, name):
@@ -467,15 +494,15 @@ def write_json(path, data):
 
 
 def lora(args, model):
-    """`--lora-rank R`: LoRA adapters of rank R on `model`'s query and value projections; every other
+    """`--lora-rank R`: LoRA adapters of rank R on `model`'s `--lora-targets` projections; every other
     weight frozen but a new head (`models.enable_lora`). Call before `compile`."""
     if getattr(args, "lora_rank", None) is None:
         return
-    model.enable_lora(args.lora_rank)
+    model.enable_lora(args.lora_rank, target_names=tuple(args.lora_targets))
     trained = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     total = sum(int(np.prod(w.shape)) for w in model.weights)
-    print(f"LoRA rank {args.lora_rank} on query and value: training {trained:,} of {total:,} weights "
-          f"({100 * trained / total:.2f} %)", flush=True)
+    print(f"LoRA rank {args.lora_rank} on {', '.join(args.lora_targets)}: training {trained:,} of {total:,} "
+          f"weights ({100 * trained / total:.2f} %)", flush=True)
 
 
 def _write_adapters(model, tmp_dir):
@@ -499,6 +526,9 @@ def version_writer(model, args, *, name, config, metrics, card, export_options=N
     `attention.png` from `attention()`, `expert_load.png` from `expert_load()`, see `recipes.plots`) and the model card
     (`card`: `recipe`, `dataset` and `limits` for `model_card.write_for_run`).
     """
+    if getattr(args, "quantize", None):
+        metrics = {**metrics, "quantized": args.quantize}
+
     def write(tmp_dir):
         if not args.no_export:
             from kformer import export
@@ -605,6 +635,15 @@ def fit(model, train_ds, val_ds, args, epochs, work_dir, monitor, steps_per_epoc
                         steps_per_epoch=steps_per_epoch, shuffle=False, callbacks=fit_callbacks)
     check_finite(model, history, work_dir)
     return history
+
+
+def quantize(args, model):
+    """`--quantize MODE`: the trained model's weights quantized in place (`task.quantize`), before the recipe
+    evaluates, saves and exports it."""
+    if getattr(args, "quantize", None):
+        model.quantize(args.quantize)
+        print(f"--quantize {args.quantize}: the weights are quantized; the metrics below are the quantized "
+              "model's", flush=True)
 
 
 def check_finite(model, history, work_dir):

@@ -53,8 +53,8 @@ LIMITS = ["Pretrained on IMDB reviews only (not Wikipedia/BooksCorpus as BERT): 
 
 
 def parse_args(argv=None):
-    p = common.make_parser(__doc__, builder="bert", preset="bert_tiny", epochs=3,
-                           batch_size=32, learning_rate=1e-3, tfds=True)
+    p = common.make_parser(__doc__, builder="bert", preset="bert_tiny", epochs=3, batch_size=32, learning_rate=1e-3,
+                           tfds=True, quantize=False)  # the classifier shares the pretrained backbone
     p.add_argument("--pretrain-steps", type=common.positive_int, default=None,
                    help="pretraining optimizer steps, split over --epochs (default: --epochs passes over the pairs)")
     p.add_argument("--finetune-epochs", type=common.positive_int, default=3)

@@ -169,6 +169,7 @@ def main(argv=None):
                       metrics=[models.SparseAccuracy()], jit_compile=args.jit_compile)
     start = time.time()
     history = common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
+    common.quantize(args, model)
     train_seconds = time.time() - start
     val_loss, val_accuracy = model.evaluate(val_ds, verbose=0)
     ood_windows = lm.packed_windows(preprocessor, tatoeba_english())  # as the validation windows, not cached

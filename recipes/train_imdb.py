@@ -167,7 +167,7 @@ def pretrained_bert(args):
                                                 "num_attention_heads", "max_position_embeddings")},
               "sequence_length": sequence_length, "truncation": args.truncation,
               "normalizer": model.preprocessor.tokenizer.normalizer, "num_classes": 2, "class_names": CLASS_NAMES,
-              **({"lora_rank": args.lora_rank} if args.lora_rank else {})}
+              **({"lora_rank": args.lora_rank, "lora_targets": list(args.lora_targets)} if args.lora_rank else {})}
     common.lora(args, model)
     return model, model.preprocessor, config
 
@@ -223,6 +223,7 @@ def main(argv=None):
                       metrics=["accuracy"], jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
+    common.quantize(args, model)
     train_seconds = time.time() - start
     _, test_accuracy = model.evaluate(test_ds, verbose=0)
     _, val_accuracy = model.evaluate(val_ds, verbose=0)

@@ -162,6 +162,7 @@ def train(args, name, work_dir, train_data, val_data, scope):
                       jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
+    common.quantize(args, model)
     return model, time.time() - start
 
 

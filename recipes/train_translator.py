@@ -217,7 +217,7 @@ def pretrained_marian(args):
     config = {"from_pretrained": args.from_pretrained, "model_type": "marian", "dataset": args.dataset,
               **{k: checkpoint.get(k) for k in ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
                                                 "encoder_attention_heads", "encoder_ffn_dim")},
-              "sequence_length": args.sequence_length, **({"lora_rank": args.lora_rank} if args.lora_rank else {})}
+              "sequence_length": args.sequence_length, **({"lora_rank": args.lora_rank, "lora_targets": list(args.lora_targets)} if args.lora_rank else {})}
     common.lora(args, model)
     return model, config
 
@@ -275,6 +275,7 @@ def main(argv=None):
     average = [common.AverageLastEpochs(args.average_last, args.epochs, work_dir / "average_last.npz")
                ] if args.average_last else []
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss", extra_callbacks=average)
+    common.quantize(args, model)
     train_seconds = time.time() - start
     final_val_loss = model.evaluate(val_ds, verbose=0, return_dict=True)["loss"]  # best epoch's, or the average
 

@@ -100,7 +100,7 @@ def pretrained_vit(args, class_names):
               **{k: checkpoint.get(k) for k in ("image_size", "patch_size", "hidden_size", "num_hidden_layers",
                                                 "num_attention_heads")},
               "channels": 3, "class_names": class_names, "dataset": args.dataset,
-              **({"lora_rank": args.lora_rank} if args.lora_rank else {})}
+              **({"lora_rank": args.lora_rank, "lora_targets": list(args.lora_targets)} if args.lora_rank else {})}
     common.lora(args, model)
     return model, config
 
@@ -166,6 +166,7 @@ def main(argv=None):
         compile_model(model, args, cut)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_accuracy")
+    common.quantize(args, model)
     train_seconds = time.time() - start
     _, top1, top5 = model.evaluate(test_ds, verbose=0)
     shifted = shifted_accuracies(model, preprocessor, test_x, test_y, args.batch_size, resize)

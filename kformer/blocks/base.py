@@ -1,6 +1,7 @@
 """What encoder and decoder blocks share: arguments, sublayer factories, residuals."""
 
 import keras
+from keras.src.backend.common import masking  # private: see `Rematerializable`
 
 from kformer.layers.attention import MultiHeadAttention
 from kformer.layers.checks import check_positive_floats, check_positive_ints, check_rates, clone_initializer
@@ -8,7 +9,58 @@ from kformer.layers.feed_forward import FeedForward
 from kformer.layers.moe import MixtureOfExperts
 
 
-class TransformerBlock(keras.layers.Layer):
+class Rematerializable:
+    """Mixin of the blocks: under `kformer.models.remat_blocks()` (a `keras.RematScope` naming them), the
+    block's forward computation runs again in the backward pass instead of keeping its activations.
+
+    Keras hands the block's keyword arguments to the backend's checkpoint as keywords, and
+    TensorFlow's `recompute_grad` takes none in a graph; here every float tensor among them (the
+    encoder output a decoder attends) is passed by position, so it gets its gradient on every
+    backend, and the rest (masks, `training`, None) is bound. The inputs' Keras masks, which the
+    checkpoint's copies of them lose, are put back on the copies (Keras's private `masking` helpers:
+    keras is pinned in constraints.txt; tests/training/test_remat.py checks a masked translator).
+    """
+
+    def _check_rematerializable(self):
+        """Refuse, when built under a scope that names this block, what a recomputation would not repeat
+        exactly: dropout (Keras draws its masks from a seed state the first pass has already advanced; on
+        JAX the draw fails inside the checkpoint) and experts' load-balancing loss (added in the forward
+        pass)."""
+        mode = self._remat_mode
+        if mode is None or not (mode.mode == "full" or self.name in (mode.layer_names or ())):
+            return
+        if getattr(self, "num_experts", 0):
+            raise ValueError(f"Block {self.name!r} has {self.num_experts} experts, whose load-balancing loss is added "
+                             "in the forward pass; it cannot be rematerialized. Build the mixture-of-experts "
+                             "model outside `remat_blocks()`.")
+        rates = {k: getattr(self, k, 0.0) for k in ("dropout", "attention_dropout") if getattr(self, k, 0.0)}
+        if rates:
+            shown = ", ".join(f"{k}={v}" for k, v in rates.items())
+            raise ValueError(f"Block {self.name!r} has {shown}: the recomputation would draw other dropout masks "
+                             "than the forward pass (Keras's RematScope does not replay random draws). Build it "
+                             "with dropout=0 (and attention_dropout=0) to rematerialize it.")
+
+    def rematerialized_call(self, layer_call, *args, **kwargs):
+        checkpointed = super().rematerialized_call(layer_call, *args, **kwargs)
+        if checkpointed is layer_call:
+            return layer_call
+
+        def call(*positional, **keywords):
+            tensors = [k for k, v in keywords.items() if hasattr(v, "shape") and "float" in str(v.dtype)]
+            bound = {k: v for k, v in keywords.items() if k not in tensors}
+            masks = [masking.get_keras_mask(x) for x in positional]
+
+            def forward(*flat):
+                for x, mask in zip(flat, masks):  # the checkpoint's copies of the inputs lose the Keras masks
+                    masking.set_keras_mask(x, mask)  # the sublayers read (an attention's query_mask)
+                return layer_call(*flat[:len(positional)], **bound, **dict(zip(tensors, flat[len(positional):])))
+
+            return keras.remat(forward)(*positional, *(keywords[k] for k in tensors))
+
+        return call
+
+
+class TransformerBlock(Rematerializable, keras.layers.Layer):
     """Base of the encoder and decoder blocks (not registered, not used alone).
 
     Args:
@@ -72,6 +124,7 @@ class TransformerBlock(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.rotary_max_wavelength = rotary_max_wavelength
         self.supports_masking = True
+        self._check_rematerializable()
 
     def _check_width(self, inputs_shape, name):
         if len(inputs_shape) != 3:

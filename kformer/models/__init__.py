@@ -47,6 +47,7 @@ from kformer.models.vit import ViTImageClassifier, vit
 from kformer.training.losses import LabelSmoothedCrossEntropy, SparseAccuracy, SparseCrossEntropy
 from kformer.training.optimizers import (TransformerSchedule, accumulating, adamw, compile_bert_pretrainer,
                                          warmup_cosine)
+from kformer.training.remat import remat_blocks
 
 __all__ = [
     "BeamSampler",
@@ -88,6 +89,7 @@ __all__ = [
     "list_models",
     "load",
     "register",
+    "remat_blocks",
     "speech_recognizer",
     "text_classifier",
     "translator",

@@ -96,7 +96,7 @@ def test_vit_fine_tunes_on_mnist_with_a_new_head_and_lora(vit_checkpoint, tmp_pa
     run_dir = train_vit.main(RUN + [f"--from-pretrained={vit_checkpoint}", "--no-export", "--lora-rank=4",
                                     f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "tiny-vit_mnist" / "1"
-    assert "LoRA rank 4 on query and value: training" in capsys.readouterr().out
+    assert "LoRA rank 4 on query, value: training" in capsys.readouterr().out
     metrics, config = _card_and_metrics(run_dir, vit_checkpoint)
     assert metrics["learning_rate"] == 3e-5 and config["new_head"] is True and config["lora_rank"] == 4
     model = models.load(run_dir)
@@ -140,8 +140,14 @@ def test_from_pretrained_flags(recipe, tmp_path, capsys):
     assert scratch.from_pretrained is None and tuned.preset is None
     assert recipe.parse_args(["--from-pretrained=x", "--learning-rate=1e-4"]).learning_rate == 1e-4
     assert recipe.parse_args(["--from-pretrained=x", "--lora-rank=8"]).lora_rank == 8 and tuned.lora_rank is None
+    assert recipe.parse_args(["--from-pretrained=x", "--lora-rank=8", "--lora-targets=all"]).lora_targets == \
+        list(common.LORA_TARGETS)
+    assert recipe.parse_args(["--from-pretrained=x", "--lora-rank=8", "--lora-targets=query, mlp_in"]).lora_targets \
+        == ["query", "mlp_in"]
     for bad, message in (["--lora-rank=4"], "--lora-rank adapts a checkpoint"), (
-            ["--from-pretrained=x", "--lora-rank=0"], "argument --lora-rank: expected an integer >= 1"):
+            ["--from-pretrained=x", "--lora-rank=0"], "argument --lora-rank: expected an integer >= 1"), (
+            ["--from-pretrained=x", "--lora-rank=2", "--lora-targets=qkv"], "--lora-targets: expected names from"), (
+            ["--from-pretrained=x", "--lora-targets=all"], "--lora-targets chooses what --lora-rank adapts"):
         with pytest.raises(SystemExit) as exit_info:
             recipe.parse_args(bad)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -94,15 +94,17 @@ def test_mini_bert_recipe_pretrains_then_fine_tunes(tmp_path):
 def test_gpt_recipe_reports_perplexity_samples_and_exports(tmp_path):
     run_dir = train_gpt.main(COMMON + [
         "--vocabulary-size=300", "--sequence-length=32", "--sample-length=12", "--batch-size=16",
-        f"--output-dir={tmp_path}"])
+        "--quantize=int8", f"--output-dir={tmp_path}"])
     assert run_dir == tmp_path / "gpt_tiny" / "1"
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["quantized"] == "int8"  # its perplexity and samples are the int8 model's
     assert 1.0 < metrics["validation_perplexity"] < 400  # below the uniform 300-token guess's ~300
     assert metrics["validation_reviews"] == 3 and metrics["train_reviews"] == 61
     assert [s["prompt"] for s in metrics["samples"]] == train_gpt.PROMPTS
     assert metrics["samples"][0]["top_p"].startswith("the movie was")  # the prompt, then the continuation
     assert all(isinstance(s["greedy"], str) and isinstance(s["top_p"], str) for s in metrics["samples"])
     model = models.load(run_dir)
+    assert any(layer.quantization_mode == "int8" for layer in model._flatten_layers())
     assert model.token_embedding.vocabulary_size == model.preprocessor.tokenizer.vocabulary_size
     assert model.generate("The movie was", max_length=8).startswith("the movie was")
     assert (run_dir / "saved_model.pb").is_file()
