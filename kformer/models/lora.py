@@ -6,7 +6,7 @@ every projection whose name is in `target_names` (Hu et al., 2021; Keras's
 the attention projections, both factored as peft factors them) and freezes
 every other weight except the task's new head (`HEADS`). `save_lora_weights`
 writes the adapters and the head to one small safetensors file with the
-rank, alpha and targets in its metadata; `load_lora_weights` puts them on a
+adapted layers, their ranks and alphas in its metadata; `load_lora_weights` puts them on a
 fresh load of the same checkpoint. A `.keras` file, `save_pretrained` and
 `export_for_serving` read the merged kernels (`kernel` is the base plus the
 update), so what they write needs no LoRA to run.
@@ -21,8 +21,8 @@ from keras import ops
 
 from kformer.layers.lora import LoraEinsumDense
 
-# What `target_names` may name: the projections of `MultiHeadAttention` (and the Conformer's
-# relative attention) and of `FeedForward`.
+# The projections `target_names` usually names: those of `MultiHeadAttention` (and the Conformer's relative
+# attention) and of `FeedForward`. Any other Dense or EinsumDense layer's name is accepted too.
 TARGETS = ("query", "key", "value", "attention_output", "mlp_in", "mlp_out")
 # A task's new head, trained with the adapters (peft's `modules_to_save`): the classifiers' "logits", and
 # the layers `from_pretrained` initialized because the checkpoint lacks them (`KformerModel.new_layers`).
@@ -131,10 +131,6 @@ def adapt(model, layers):
     return adapted
 
 
-def _key(variable):
-    return variable.path
-
-
 def lora_tensors(model):
     """{variable path: array} of the adapters and the new head (what `save_lora_weights` writes)."""
     config = lora_config(model)
@@ -142,7 +138,7 @@ def lora_tensors(model):
         raise ValueError(f"This {type(model).__name__} has no LoRA adapters: call `enable_lora(rank)` first.")
     variables = [v for layer in adapted_layers(model) for v in (layer.lora_kernel_a, layer.lora_kernel_b)]
     variables += [v for layer in head_layers(model) for v in layer.weights]
-    return {_key(v): np.asarray(ops.convert_to_numpy(v), dtype=np.float32) for v in variables}
+    return {v.path: np.asarray(ops.convert_to_numpy(v), dtype=np.float32) for v in variables}
 
 
 def save_lora_weights(model, path):
@@ -198,8 +194,8 @@ def load_lora_weights(model, path):
                          f"{type(model).__name__}'s {len(present['layers'])} (layer paths, ranks or alphas); "
                          "load it onto a model without adapters.")
     tensors = read_safetensors(path)
-    expected = {_key(v): v for layer in adapted_layers(model) for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
-    expected.update({_key(v): v for layer in head_layers(model) for v in layer.weights})
+    expected = {v.path: v for layer in adapted_layers(model) for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
+    expected.update({v.path: v for layer in head_layers(model) for v in layer.weights})
     missing, unknown = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unknown:
         raise ValueError(f"{path} does not fit this {type(model).__name__} (saved from a "
