@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[1]))  # `recipes` (a language model's split)
 import provenance  # noqa: E402
 
 HEADER = ["mode", "test_accuracy", "test_examples", "keras_mb", "saved_model_mb", "served_max_abs_diff",
