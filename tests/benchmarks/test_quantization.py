@@ -10,11 +10,16 @@ from kformer.data.preprocessors import TextClassifierPreprocessor
 from kformer.data.wordpiece import WordPieceTokenizer
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    """One vocabulary for both models: learned once."""
+    return WordPieceTokenizer.learn(imdb.load_split("train", max_examples=200)[0], 400)
+
+
 @pytest.mark.once("the benchmark's smallest setting; quantized save, load and export are tested on every backend "
                   "in tests/models/test_quantized.py and tests/export/test_export.py")
-def test_float_and_int8_rows_from_a_saved_classifier(tmp_path):
+def test_float_and_int8_rows_from_a_saved_classifier(tokenizer, tmp_path):
     keras.utils.set_random_seed(0)
-    tokenizer = WordPieceTokenizer.learn(imdb.load_split("train", max_examples=200)[0], 400)
     task = models.text_classifier(preset="imdb_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=32,
                                   class_names=["negative", "positive"],
                                   preprocessor=TextClassifierPreprocessor(tokenizer, 32))
@@ -34,11 +39,10 @@ def test_float_and_int8_rows_from_a_saved_classifier(tmp_path):
 
 @pytest.mark.once("the benchmark's smallest setting; a quantized language model saves and loads on every backend in "
                   "tests/models/test_quantized.py")
-def test_language_model_rows_give_perplexities(tmp_path):
+def test_language_model_rows_give_perplexities(tokenizer, tmp_path):
     from kformer.data.preprocessors import CausalLMPreprocessor
 
     keras.utils.set_random_seed(0)
-    tokenizer = WordPieceTokenizer.learn(imdb.load_split("train", max_examples=200)[0], 400)
     task = models.causal_lm(preset="gpt_tiny", vocabulary_size=tokenizer.vocabulary_size, sequence_length=32,
                             num_layers=1, preprocessor=CausalLMPreprocessor(tokenizer, 32))
     task.save(tmp_path / "model.keras")
