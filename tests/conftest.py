@@ -21,6 +21,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# One OpenMP thread a process (torch's intra-op team; numpy's OpenBLAS reads it too). The README runs two
+# xdist workers on two cores, and the recipe, CLI and export processes a test starts inherit this
+# environment. torch's second thread cannot run beside the other worker: it waits at each op's barrier
+# on the core that worker needs. Same computations; a value the caller set is kept. TensorFlow's and
+# XLA's own thread pools measured no different at one thread, so they keep their defaults.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Benchmark scripts the tests run write their rows here, not to benchmarks/results/ (the measured history).
 _RESULTS_DIR = None
 if "KFORMER_RESULTS_DIR" not in os.environ:
