@@ -21,15 +21,13 @@ are checked.
 import argparse
 import contextlib
 import io
-import json
 import math
-import os
 import pathlib
 import re
 import sys
 import time
 
-from benchmarks import encoder_throughput, provenance
+from benchmarks import encoder_throughput, notebooks, provenance
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -69,21 +67,7 @@ def run_notebook(parameters, timeout=900):
     Returns the executed cells' outputs as one text (printed text and plain results) and the number of
     PNG images they show. The kernel inherits this environment and runs in notebooks/.
     """
-    import nbclient
-    import nbformat
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    # Papermill-style: after the cell tagged "parameters", a cell that overrides them.
-    index = next(i for i, c in enumerate(notebook.cells) if "parameters" in c.metadata.get("tags", []))
-    notebook.cells.insert(index + 1, nbformat.v4.new_code_cell(
-        "\n".join(f"{name} = {value!r}" for name, value in parameters.items())))
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    client = nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-    text = "\n".join(o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", "")) for o in outputs)
-    return text, sum("image/png" in o.get("data", {}) for o in outputs)
+    return notebooks.printed(notebooks.execute(NOTEBOOK, parameters, timeout=timeout))
 
 
 def notebook_val_loss(outputs):

@@ -68,20 +68,15 @@ def compact(notebook):
 
 def run(name, timeout):
     """Execute `notebooks/NAME.ipynb` and write its compacted copy; returns the copy's path."""
-    import nbclient
     import nbformat
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks import provenance
+    from benchmarks import notebooks, provenance
 
-    source = NOTEBOOKS / f"{name}.ipynb"
-    notebook = nbformat.read(source, as_version=4)
     # The kernel inherits this environment: the TensorFlow backend, TensorFlow's C++ log turned down.
     os.environ["KERAS_BACKEND"] = "tensorflow"
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    notebook = compact(notebook)
+    notebook = compact(notebooks.execute(NOTEBOOKS / f"{name}.ipynb", timeout=timeout))
     notebook.metadata["kformer_run"] = {
         "command": f"python docs/run_notebooks.py {name}", "commit": provenance.commit(),
         "date": datetime.date.today().isoformat(), "machine": provenance.machine(), "backend": "tensorflow"}

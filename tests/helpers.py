@@ -187,3 +187,13 @@ def repeated_trigrams(text):
     words = text.split()
     grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
     return sorted({g for g in grams if grams.count(g) > 1})
+
+
+def committed_code_cells(path):
+    """The code cells of the notebook at `path`, asserting it is committed without outputs."""
+    cells = json.loads(path.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert code, f"{path.name} has no code cells"
+    assert all(not c["outputs"] and c["execution_count"] is None for c in code), (
+        f"strip the outputs before committing: jupyter nbconvert --clear-output --inplace {path.name}")
+    return code

@@ -5,25 +5,19 @@ runs and shows what it says. The validation loss the full run reaches (one epoch
 a benchmark: `python -m benchmarks.first_translator --what quickstart` (tests/benchmarks/test_first_translator.py).
 """
 
-import json
 import pathlib
 import re
 
 import pytest
 
-from tests.helpers import repeated_trigrams
+from tests.helpers import committed_code_cells, repeated_trigrams
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 SMALL = {"EPOCHS": 1, "TRANSLATION_PAIRS": 1000, "CLASSIFIER_EXAMPLES": 300, "CLASSIFIER_EPOCHS": 1}
 
 
 def test_notebook_is_committed_without_outputs():
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    code = [c for c in cells if c["cell_type"] == "code"]
-    assert code, "the quickstart has no code cells"
-    assert all(not c["outputs"] and c["execution_count"] is None for c in code), (
-        "strip the outputs before committing: jupyter nbconvert --clear-output --inplace "
-        f"{NOTEBOOK.name}")
+    committed_code_cells(NOTEBOOK)
 
 
 @pytest.mark.tf_only

@@ -2,12 +2,13 @@
 tiny random checkpoint written by `transformers`, and is committed without outputs."""
 
 import json
-import os
 import pathlib
 import re
 
 import numpy as np
 import pytest
+
+from tests.helpers import committed_code_cells
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "pretrained.ipynb"
 STATE = "NOTEBOOK-STATE "
@@ -21,12 +22,7 @@ print({STATE!r} + json.dumps({{  # what the test checks, as one line
 
 
 def test_notebook_is_committed_without_outputs():
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    code = [c for c in cells if c["cell_type"] == "code"]
-    assert code, "the notebook has no code cells"
-    assert all(not c["outputs"] and c["execution_count"] is None for c in code), (
-        "strip the outputs before committing: jupyter nbconvert --clear-output --inplace "
-        f"{NOTEBOOK.name}")
+    code = committed_code_cells(NOTEBOOK)
     parameters = [c for c in code if "parameters" in c["metadata"].get("tags", [])]
     assert len(parameters) == 1, "one cell tagged `parameters`"
     assert 'SOURCE = "hf://google-bert/bert-base-uncased"' in "".join(parameters[0]["source"])
@@ -57,24 +53,17 @@ def bert_checkpoint(tmp_path):
 
 @pytest.mark.only_backend("tensorflow")  # it exports and serves in-process; each piece is tested on all backends
 def test_notebook_fine_tunes_exports_and_serves(bert_checkpoint, tmp_path):
-    nbclient = pytest.importorskip("nbclient")
-    nbformat = pytest.importorskip("nbformat")
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    # Papermill-style: after the cell tagged "parameters", a cell with the tiny checkpoint and smaller runs.
-    index = next(i for i, c in enumerate(notebook.cells) if "parameters" in c.metadata.get("tags", []))
+    pytest.importorskip("nbclient")
+    pytest.importorskip("nbformat")
+    from benchmarks import notebooks
+
     out = tmp_path / "served"
-    notebook.cells.insert(index + 1, nbformat.v4.new_code_cell(
-        f"SOURCE = {str(bert_checkpoint)!r}\nTRAIN_REVIEWS = 96\nTEST_REVIEWS = 64\nEPOCHS = 1\n"
-        f"SEQUENCE_LENGTH = 48\nBATCH_SIZE = 32\nLEARNING_RATE = 1e-3\nOUTPUT_DIR = {str(out)!r}"))
-    notebook.cells.append(nbformat.v4.new_code_cell(STATE_CELL))
-    # The kernel inherits this environment (TensorFlow backend) and runs in notebooks/.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()
-    texts = [o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
-             for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-    outputs = "\n".join(texts)
+    # The tiny checkpoint and smaller runs after the cell tagged "parameters"; the kernel inherits this
+    # environment (TensorFlow backend) and runs in notebooks/.
+    notebook = notebooks.execute(NOTEBOOK, dict(
+        SOURCE=str(bert_checkpoint), TRAIN_REVIEWS=96, TEST_REVIEWS=64, EPOCHS=1, SEQUENCE_LENGTH=48, BATCH_SIZE=32,
+        LEARNING_RATE=1e-3, OUTPUT_DIR=str(out)), cells=[STATE_CELL], timeout=600)
+    outputs = notebooks.printed(notebook)[0]
     assert "Traceback" not in outputs, outputs[-3000:]
     assert not re.search(r"\w+Warning: ", outputs), outputs[-3000:]  # no Python warnings for a first-time user
     state = json.loads(next(line for line in outputs.splitlines() if line.startswith(STATE))[len(STATE):])

@@ -59,6 +59,15 @@ class GenerativeTask:
         """The task's `GenerationConfig` when none is set (from its preprocessor where it has one)."""
         return GenerationConfig()
 
+    def _config_with(self, config, overrides):
+        """`config` (default `self.generation_config`) with `overrides` (`GenerationConfig` fields), as
+        `generate`, `translate` and `CausalLM.generate` take them. `max_length=None` keeps the config's
+        length: 0.2's spelling of "the default length"."""
+        config = self.generation_config if config is None else config
+        if "max_length" in overrides and overrides["max_length"] is None:
+            overrides = {key: value for key, value in overrides.items() if key != "max_length"}
+        return config.replace(**overrides) if overrides else config
+
     def get_config(self):
         config = super().get_config()
         stored = getattr(self, "_generation_config", None)
@@ -119,14 +128,23 @@ class GenerativeTask:
         return tuple(ops.zeros((batch, 2, length, attention.num_heads, attention.key_dim), dtype=dtype)
                      for _ in blocks)
 
-    def logits(self, hidden):
+    def logits(self, hidden, output_table=None):
         """Decoder outputs `(batch, n, hidden_dim)` -> float32 logits `(batch, n, vocab)` (the search bans the
-        padding id: `kformer.models.generate`)."""
+        padding id: `kformer.models.generate`). `output_table`: the tied projection's kernel from
+        `output_table()`, made once a decoding call (`context["output_table"]`), or None."""
         embedding, _, norm, projection = self.decoder_parts()
         if norm is not None:
             hidden = norm(hidden)
-        logits = embedding(hidden, reverse=True) if projection is None else projection(hidden)
-        return ops.cast(logits, "float32")
+        if projection is None:
+            return ops.cast(embedding(hidden, reverse=True, output_table=output_table), "float32")
+        return ops.cast(projection(hidden), "float32")
+
+    def output_table(self):
+        """The tied output projection's kernel `(hidden_dim, vocab)` for a decoding call's context, or None
+        where the projection is its own layer. Made once before the loop: transposed inside it, XLA:CPU
+        fused the transpose into each step's matrix-vector product."""
+        embedding, _, _, projection = self.decoder_parts()
+        return embedding.output_table() if projection is None else None
 
     def _run_blocks(self, x, cache, cache_update_index, cache_padding_mask=None, **cross):
         """Every decoder block on `x` through its cache: `(x, updated cache)`."""

@@ -13,6 +13,10 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     - JAX on a CPU: `per_head_attention` (XLA:CPU ran it faster than one
       fused op; it also serves float16, whose fused attention XLA:CPU does
       not compile), with attention dropout in training.
+    - TensorFlow on a CPU, one query (a decoding step), without attention
+      dropout in training: `one_query_attention` (XLA:CPU copied the cached
+      keys and values into the layouts of the fused op's two matrix
+      products at every step).
     - elsewhere, without attention dropout in training and with equal key
       and value sizes: `ops.dot_product_attention` (flash attention on GPUs),
       except bfloat16 training on a torch CPU (its fused backward ran a
@@ -38,7 +42,11 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     backend, dtype = keras.backend.backend(), keras.backend.standardize_dtype(q.dtype)
     if backend == "jax" and _first_device_is_cpu():
         return per_head_attention(q, k, v, mask, scale, dropout, training)
-    if (training and dropout.rate) or q.shape[-1] != v.shape[-1]:
+    if training and dropout.rate:
+        return None
+    if backend == "tensorflow" and q.shape[1] == 1 and _first_device_is_cpu():
+        return one_query_attention(q, k, v, mask, scale)
+    if q.shape[-1] != v.shape[-1]:
         return None
     if backend == "torch" and training and dtype == "bfloat16" and str(q.device).startswith("cpu"):
         return None
@@ -76,6 +84,26 @@ def per_head_attention(q, k, v, mask, scale, dropout, training):
         summed = ops.cast(ops.einsum("bqk,bkd->bqd", weights, v[:, :, head]), "float32")
         outputs.append(ops.cast(summed / total, v.dtype))
     return ops.stack(outputs, axis=2)
+
+
+def one_query_attention(q, k, v, mask, scale):
+    """The explicit path for one query `(batch, 1, heads, dim)`: a product and a sum each way, in float32,
+    over the keys and values `(batch, k_len, heads, dim)` as they are laid out (no transposed copies).
+    `mask`: bool `(batch or 1, 1, k_len)` (no row all False) or None.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q, k = np.ones((1, 1, 2, 4), "float32"), np.ones((1, 3, 2, 4), "float32")
+    >>> tuple(one_query_attention(q, k, k, None, 0.5).shape)
+    (1, 1, 2, 4)
+    """
+    from kformer.layers import masks  # here, not on import: `kformer.layers` imports this module
+
+    q, k, values = (ops.cast(x, "float32") for x in (q, k, v))
+    scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)  # (batch, k_len, heads, 1)
+    probs = ops.softmax(masks.mask_scores(scores, None if mask is None else mask[:, 0, :, None, None]), axis=1)
+    return ops.cast(ops.sum(ops.multiply(probs, values), axis=1, keepdims=True), v.dtype)
 
 
 @functools.cache

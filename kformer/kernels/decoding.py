@@ -18,7 +18,7 @@ import math
 import keras
 from keras import ops
 
-from kformer.kernels.attention import per_head_attention
+from kformer.kernels.attention import one_query_attention, per_head_attention
 from kformer.kernels.slices import slice_rows, write_slice
 from kformer.layers import masks
 from kformer.layers.checks import known_index
@@ -168,10 +168,7 @@ def _one_query(q, k, v, mask, scale):
         if mask is not None:
             scores = scores.masked_fill(~mask[:, None], masks.MASKED_SCORE)
         return (scores.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2)
-    q, k, values = (ops.cast(x, "float32") for x in (q, k, v))
-    scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)  # (batch, k_len, heads, 1)
-    probs = ops.softmax(masks.mask_scores(scores, None if mask is None else mask[:, 0, :, None, None]), axis=1)
-    return ops.cast(ops.sum(ops.multiply(probs, values), axis=1, keepdims=True), v.dtype)
+    return one_query_attention(q, k, v, mask, scale)
 
 
 def _reshape(x, shape):

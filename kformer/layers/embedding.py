@@ -47,6 +47,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             sinusoids computed inside an XLA loop get fused into the next
             projections and recomputed for each of their outputs).
         reverse: bool. Project hidden states to vocabulary logits.
+        output_table: `(hidden_dim, vocab)` or None. With `reverse=True`, the
+            `output_table()` to multiply by instead of transposing the table
+            (decoding transposes it once a call, outside its loop: XLA:CPU
+            fused the transpose into each step's matrix-vector product).
 
     Returns:
         `(batch, seq, hidden_dim)`, or logits `(batch, seq, vocabulary_size)`.
@@ -122,14 +126,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                                            name="logits_bias") if self.output_bias else None
         self.built = True
 
-    def call(self, inputs, start_index=0, reverse=False, positions=None):
+    def call(self, inputs, start_index=0, reverse=False, positions=None, output_table=None):
         if reverse:
             if len(inputs.shape) != 3 or inputs.shape[-1] != self.hidden_dim:
                 raise ValueError(
                     f"With reverse=True, `inputs` must be (batch, seq, {self.hidden_dim}). "
                     f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
-            table = ops.transpose(ops.cast(self._token_table(), self.compute_dtype))  # (hidden_dim, vocab)
+            table = self.output_table() if output_table is None else output_table  # (hidden_dim, vocab)
             logits = over_rows(lambda rows: ops.matmul(rows, table), inputs)  # (batch, seq, vocab)
             if self.logits_bias is not None:
                 logits = logits + ops.cast(self.logits_bias, logits.dtype)
@@ -156,6 +160,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             return x
         # `.call`: no second Layer.__call__ (0.1 ms in eager torch; the positions are never quantized)
         return x + self.position_embedding.call(x, start_index=start_index)
+
+    def output_table(self):
+        """The tied output projection's kernel `(hidden_dim, vocab)`: the token table transposed."""
+        return ops.transpose(ops.cast(self._token_table(), self.compute_dtype))
 
     def _token_table(self):
         """The token table `(vocabulary_size, hidden_dim)`, de-scaled where it is quantized (int8 / int4

@@ -202,24 +202,25 @@ class CausalLM(GenerativeTask, Task):
         prompt = ops.arange(max_length)[None, :] < lengths[:, None]
         start = ops.maximum(ops.min(lengths), 1)
         cache = self.empty_cache(batch, max_length if use_cache else 1, self.token_embedding.compute_dtype)
+        context = {"output_table": self.output_table()}
         if not use_cache:
-            return tokens, prompt, start, cache, {}, self.call_without_cache(tokens, start - 1, {})
+            return tokens, prompt, start, cache, context, self.call_without_cache(tokens, start - 1, context)
         # One pass over the given prompt width (a static shape); keys past `start` are hidden now and
         # overwritten step by step later.
         visible = ops.broadcast_to(ops.arange(max_length)[None, :] < start, (batch, max_length))
-        logits, cache = self.call_with_cache(token_ids, cache, 0, {}, cache_padding_mask=visible)
-        return tokens, prompt, start, cache, {}, ops.take(logits, start - 1, axis=1)
+        logits, cache = self.call_with_cache(token_ids, cache, 0, context, cache_padding_mask=visible)
+        return tokens, prompt, start, cache, context, ops.take(logits, start - 1, axis=1)
 
     def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
         x = self.token_embedding(token_ids, start_index=cache_update_index)
         x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask)
-        return self.logits(x), cache
+        return self.logits(x, context.get("output_table")), cache
 
     def call_without_cache(self, tokens, index, context):
         x = self.token_embedding(tokens)
         for block in self.decoder_blocks:
             x = block(x)
-        return self.logits(ops.take(x, index, axis=1)[:, None])[:, 0]
+        return self.logits(ops.take(x, index, axis=1)[:, None], context.get("output_table"))[:, 0]
 
     def repeat_context(self, context, beams):
         return context
@@ -259,10 +260,7 @@ class CausalLM(GenerativeTask, Task):
             continuation text for strings (the continuation alone with
             `strip_prompt=True`).
         """
-        config = self.generation_config if config is None else config
-        if "max_length" in overrides and overrides["max_length"] is None:  # 0.2: None was the default length
-            del overrides["max_length"]
-        config = config.replace(**overrides) if overrides else config
+        config = self._config_with(config, overrides)
         if not self._raw(prompts):
             return generate_ids(self, prompts, config, streamer=streamer)
         preprocessor = self.preprocessor

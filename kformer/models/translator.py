@@ -225,7 +225,7 @@ class Translator(GenerativeTask, Task):
         limit = self.sequence_length if self.position == "learned" else None
         positions = self.decoder_embedding.position_table(length if limit is None else min(length, limit))
         context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs,
-                   "positions": positions}
+                   "positions": positions, "output_table": self.output_table()}
         cache = self.empty_cache(batch, length if use_cache else 1, cross[0].dtype)
         if not use_cache:
             return tokens, prompt, 1, cache, context, self.call_without_cache(tokens, 0, context)
@@ -240,19 +240,19 @@ class Translator(GenerativeTask, Task):
         x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask,
                                     cross_attention_cache=context["cross_attention_cache"],
                                     encoder_padding_mask=context["source_mask"])
-        return self.logits(x), cache
+        return self.logits(x, context.get("output_table")), cache
 
     def call_without_cache(self, tokens, index, context):
         x = self.decoder_embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
         for block in self.decoder_blocks:
             x = block(x, context["encoder_outputs"], encoder_padding_mask=context["source_mask"])
-        return self.logits(ops.take(x, index, axis=1)[:, None])[:, 0]
+        return self.logits(ops.take(x, index, axis=1)[:, None], context.get("output_table"))[:, 0]
 
     def repeat_context(self, context, beams):
         return {"cross_attention_cache": tuple(ops.repeat(c, beams, axis=0) for c in context["cross_attention_cache"]),
                 "source_mask": ops.repeat(context["source_mask"], beams, axis=0),
                 "encoder_outputs": ops.repeat(context["encoder_outputs"], beams, axis=0),
-                "positions": context.get("positions")}
+                "positions": context.get("positions"), "output_table": context.get("output_table")}
 
     def generated_tokens(self, tokens):
         return tokens[:, 1:]  # without [START]
@@ -273,8 +273,7 @@ class Translator(GenerativeTask, Task):
     def generate(self, encoder_token_ids, config=None, **overrides):
         """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, config, **overrides)`,
         from `self.generation_config` when `config` is None."""
-        return generate_ids(self, encoder_token_ids, self.generation_config if config is None else config,
-                            **overrides)
+        return generate_ids(self, encoder_token_ids, self._config_with(config, overrides))
 
     def translate(self, texts, config=None, *, batch_size=None, **overrides):
         """Translate strings: list of str (or one str) -> list of str.
@@ -312,10 +311,7 @@ class Translator(GenerativeTask, Task):
         if not single and len(texts) == 0:
             return []
         source = preprocessor.encode([texts] if single else texts)["encoder_token_ids"]
-        config = self.generation_config if config is None else config
-        if overrides.get("max_length", 0) is None:  # 0.2: None was the preprocessor's length
-            overrides["max_length"] = preprocessor.sequence_length
-        config = config.replace(**overrides) if overrides else config
+        config = self._config_with(config, overrides)
         texts = np.asarray([texts] if single else list(texts), dtype=object)
         order = np.argsort(np.count_nonzero(source != self.padding_id, axis=1), kind="stable")
         outputs = [None] * len(source)

@@ -174,20 +174,21 @@ def test_bad_arguments_raise_clear_errors(kwargs, call, match):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_fast_attention_gives_the_explicit_numbers(monkeypatch, dtype):
     """`kernels.attention.fast_attention` (no scores asked: fused, or per head on a JAX CPU) equals the
-    explicit softmax path (scores asked), with padding, an attention mask, causality, one query and
-    one key."""
+    explicit softmax path (scores asked), with padding, an attention mask, causality, one query (with
+    padded keys too: `one_query_attention` on a TensorFlow CPU) and one key."""
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=dtype)
     calls, fast = [], attention.fast_attention
     monkeypatch.setattr(attention, "fast_attention", lambda *a: calls.append(fast(*a)) or calls[-1])
     kwargs = dict(value_mask=PADDING, attention_mask=RNG.random((2, 6, 6)) > 0.3, use_causal_mask=True)
-    cases = [((QUERY, QUERY), kwargs), ((QUERY[:, 2:3], QUERY), {}), ((QUERY[:, 2:3], QUERY[:, :1]), {})]
+    cases = [((QUERY, QUERY), kwargs), ((QUERY[:, 2:3], QUERY), {}), ((QUERY[:, 2:3], QUERY[:, :1]), {}),
+             ((QUERY[:, 2:3], QUERY), {"value_mask": PADDING})]  # one query (a decoding step): padded keys
     for args, kw in cases:
         got = layer(*args, **kw)
         reference = layer(*args, return_attention_scores=True, **kw)[0]  # the explicit path
         assert keras.backend.standardize_dtype(got.dtype) == dtype
         np.testing.assert_allclose(to_numpy(ops.cast(got, "float32")), to_numpy(ops.cast(reference, "float32")),
                                    atol=1e-5 if dtype == "float32" else 3e-2)
-    assert len(calls) == 3 and all(c is not None for c in calls)
+    assert len(calls) == 4 and all(c is not None for c in calls)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="a torch CPU's bfloat16 attention backward")

@@ -144,6 +144,11 @@ def test_strip_prompt(lm):
         n = int((prompt != 0).sum())
         np.testing.assert_array_equal(stripped[row, :9 - n], full[row, n:])
         assert not stripped[row, 9 - n:].any()
+    lm.generation_config = GenerationConfig(max_length=9)
+    try:  # `max_length=None`: the task's config's length (0.2's "default"), as for a translator below
+        np.testing.assert_array_equal(lm.generate(PROMPTS, max_length=None), full)
+    finally:
+        lm.generation_config = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +220,7 @@ def test_the_tasks_config_is_saved_with_it(translator, tmp_path):
         loaded = models.load(tmp_path / "translator.keras")
         assert loaded.generation_config == config
         np.testing.assert_array_equal(loaded.generate(SOURCE), models.generate(translator, SOURCE, config))
+        np.testing.assert_array_equal(loaded.generate(SOURCE, max_length=None), loaded.generate(SOURCE))
     finally:
         translator.generation_config = None
     assert translator.generation_config == GenerationConfig()  # no preprocessor: the plain default
