@@ -270,10 +270,11 @@ class Translator(GenerativeTask, Task):
         checkpoint = fields_of(getattr(preprocessor, "decoding_defaults", None) or {})
         return GenerationConfig(**{**settings, **checkpoint})
 
-    def generate(self, encoder_token_ids, config=None, **overrides):
-        """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, config, **overrides)`,
-        from `self.generation_config` when `config` is None."""
-        return generate_ids(self, encoder_token_ids, self._config_with(config, overrides))
+    def generate(self, encoder_token_ids, config=None, *, streamer=None, pad_batch=True, **overrides):
+        """Token ids in, token ids out: `kformer.models.generate(self, encoder_token_ids, config, streamer=...,
+        pad_batch=..., **overrides)`, from `self.generation_config` when `config` is None."""
+        return generate_ids(self, encoder_token_ids, self._config_with(config, overrides), streamer=streamer,
+                            pad_batch=pad_batch)
 
     def translate(self, texts, config=None, *, batch_size=None, **overrides):
         """Translate strings: list of str (or one str) -> list of str.

@@ -53,6 +53,9 @@ def test_streamed_tokens_join_to_the_result(translator, lm, config):
     np.testing.assert_array_equal(out[:, :joined.shape[1]], joined)
     assert not out[:, joined.shape[1]:].any()  # it stopped once every row had ended
     np.testing.assert_array_equal(out, models.generate(translator, SOURCE, config))  # as without a streamer
+    again = []  # the task's own `generate` streams too
+    np.testing.assert_array_equal(translator.generate(SOURCE, config, streamer=again.append), out)
+    np.testing.assert_array_equal(np.stack(again, axis=1), joined)
     steps = []
     causal = config.replace(start_token_id=None, stop_token_ids=(), max_length=9)
     out = models.generate(lm, PROMPTS, causal, streamer=steps.append)
