@@ -248,7 +248,8 @@ class GenerationConfig:
             vocabulary_size: int. The model's output vocabulary.
             source_vocabulary_size: int or None. A translator's source vocabulary.
             position_limit: int or None. The model's learned positions.
-            padding_id: int. The model's padding id (never generated).
+            padding_id: int or None. The model's padding id (never generated); None: none (a speech
+                model's end token fills its transcripts).
 
         Example:
 
@@ -295,7 +296,8 @@ class GenerationConfig:
                                  f"prompt. Received: forced_prompt_ids={self.forced_prompt_ids!r}")
             check_prompts(ids, length)
             start = ()
-        banned = tuple(sorted({padding_id, *self.bad_token_ids, *self.suppress_token_ids}))
+        banned = tuple(sorted({*([] if padding_id is None else [padding_id]), *self.bad_token_ids,
+                               *self.suppress_token_ids}))
         return Plan(sampler=self.sampler.for_vocabulary(vocabulary_size), length=length,
                     start_ids=start, stop_token_ids=self.stop_token_ids, banned_ids=banned,
                     begin_suppress_token_ids=self.begin_suppress_token_ids,

@@ -155,3 +155,73 @@ class GenerativeTask:
                                    self_attention_cache_update_index=cache_update_index, **kwargs)[:2]
             updated.append(block_cache)
         return x, tuple(updated)
+
+
+class EncoderDecoderTask(GenerativeTask):
+    """The decoding protocol of an encoder-decoder (`Translator`, `SpeechToText`): the source is encoded
+    once, then the decoder runs a step at a time, attending to it.
+
+    A subclass has `encode(source) -> (encoder outputs (batch, src_len, hidden_dim), source mask (batch,
+    src_len))` and the attributes `decoder_embedding` (a `TokenAndPositionEmbedding`), `decoder_blocks`,
+    `decoder_norm` (or None) and `output_projection` (None when tied). `source_dtype` is what the source
+    is: `"int32"` token ids, or `"float32"` features (`check_source` then checks them).
+    """
+
+    decoding_family = "translator"
+    source_dtype = "int32"
+
+    def decoder_parts(self):
+        return self.decoder_embedding, self.decoder_blocks, self.decoder_norm, self.output_projection
+
+    def prefill(self, token_ids, max_length, start_ids, use_cache):
+        """Encode the source once and its cross-attention keys/values once; the buffer starts with `[START]`
+        (`start_ids[0]`), then the forced ids (`start_ids[1:]`, written by the loop)."""
+        encoder_outputs, source_mask = self.encode(token_ids)
+        cross = tuple(block.compute_cross_attention_cache(encoder_outputs) for block in self.decoder_blocks)
+        batch, length = ops.shape(token_ids)[0], max_length + 1
+        given = ops.convert_to_tensor([list(start_ids) + [0] * (length - len(start_ids))], "int32")
+        tokens = ops.repeat(given, batch, axis=0)
+        prompt = ops.broadcast_to(ops.arange(length) < len(start_ids), (batch, length))
+        # The position encodings once, sliced a step at a time (`call_with_cache`): sinusoids computed inside
+        # TensorFlow's XLA loop were fused into the next projections and recomputed for each of their outputs.
+        embedding = self.decoder_embedding
+        limit = embedding.sequence_length if embedding.position == "learned" else None
+        positions = embedding.position_table(length if limit is None else min(length, limit))
+        context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs,
+                   "positions": positions, "output_table": self.output_table()}
+        cache = self.empty_cache(batch, length if use_cache else 1, cross[0].dtype)
+        if not use_cache:
+            return tokens, prompt, 1, cache, context, self.call_without_cache(tokens, 0, context)
+        logits, cache = self.call_with_cache(tokens[:, :1], cache, 0, context)
+        return tokens, prompt, 1, cache, context, logits[:, -1]
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
+        positions = context.get("positions")
+        if positions is not None:  # the rows of this step's positions
+            positions = ops.slice(positions, [cache_update_index, 0],
+                                  [ops.shape(token_ids)[1], self.decoder_embedding.hidden_dim])
+        x = self.decoder_embedding(token_ids, start_index=cache_update_index, positions=positions)
+        x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask,
+                                    cross_attention_cache=context["cross_attention_cache"],
+                                    encoder_padding_mask=context["source_mask"])
+        return self.logits(x, context.get("output_table")), cache
+
+    def call_without_cache(self, tokens, index, context):
+        x = self.decoder_embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
+        for block in self.decoder_blocks:
+            x = block(x, context["encoder_outputs"], encoder_padding_mask=context["source_mask"])
+        return self.logits(ops.take(x, index, axis=1)[:, None], context.get("output_table"))[:, 0]
+
+    def repeat_context(self, context, beams):
+        return {"cross_attention_cache": tuple(ops.repeat(c, beams, axis=0) for c in context["cross_attention_cache"]),
+                "source_mask": ops.repeat(context["source_mask"], beams, axis=0),
+                "encoder_outputs": ops.repeat(context["encoder_outputs"], beams, axis=0),
+                "positions": context.get("positions"), "output_table": context.get("output_table")}
+
+    def generated_tokens(self, tokens):
+        return tokens[:, 1:]  # without [START]
+
+    def check_source(self, source):
+        """A feature source (`source_dtype` float) as numpy, checked (a ValueError naming it); token ids are
+        checked by the generation config against the vocabulary instead."""
+        raise NotImplementedError

@@ -437,7 +437,7 @@ def _constants(task, c, word_kinds):
 def _run(task, token_ids, noise, c, xla, word_kinds=None, emit=None):
     """The plan's loop; `xla`: it will be compiled by XLA (cache writes in place, `traced_for_xla`).
     `word_kinds`: `word_piece_kinds(task)` where `c.max_word_pieces` is set (a constant of the graph)."""
-    token_ids = ops.cast(token_ids, "int32")
+    token_ids = ops.cast(token_ids, getattr(task, "source_dtype", "int32"))  # ids, or a speech task's features
     rows = _constants(task, c, word_kinds)
     with traced_for_xla() if xla else contextlib.nullcontext():
         if c.beams:
@@ -506,18 +506,27 @@ def generate(model, token_ids, config=None, *, streamer=None, pad_batch=True, **
     if streamer is not None and not callable(streamer):
         raise ValueError(f"`streamer` must be a callable or None. Received: streamer={streamer!r}")
     config = _config(config, overrides)
-    ids = np.asarray(ops.convert_to_numpy(token_ids))
+    source_dtype = getattr(model, "source_dtype", "int32")
+    features = source_dtype != "int32"  # a speech task's log-mel frames, not token ids
+    source = model.check_source(token_ids) if features else None
+    ids = np.ones((len(source), 1), "int32") if features else np.asarray(ops.convert_to_numpy(token_ids))
     plan = config.resolve(model.decoding_family, ids, **model.decoding_limits())
+    if features and (plan.max_length_ratio is not None or plan.slot_token_id is not None):
+        raise ValueError("`max_length_ratio` and `slot_token_id` count a source's tokens; this model's source is "
+                         f"{source_dtype} features. Received: max_length_ratio={plan.max_length_ratio!r}, "
+                         f"slot_token_id={plan.slot_token_id!r}")
     if streamer is not None and plan.beams:
         raise ValueError(f"`streamer` needs one token a row a step: not with beam search. Received: "
                          f"sampler={plan.sampler!r}")
     kinds = word_piece_kinds(model) if plan.max_word_pieces else None
     translator = model.decoding_family == "translator"
-    if translator:  # drop all-padding columns: a batch of short sources encodes short
+    if features:
+        ids = source
+    elif translator:  # drop all-padding columns: a batch of short sources encodes short
         ids = batching.pad_width(batching.trim_width(ids, model.padding_id), padding_id=model.padding_id)
     else:
         ids = batching.pad_width(ids, plan.length)
-    ids = np.asarray(ops.convert_to_numpy(ids))
+    ids = np.asarray(ops.convert_to_numpy(ids), source_dtype)
     prompts = ids
     if plan.num_return_sequences > 1 and not plan.beams:  # samples: each row repeated, its own uniforms
         ids = np.repeat(ids, plan.num_return_sequences, axis=0)
@@ -546,7 +555,7 @@ def generate(model, token_ids, config=None, *, streamer=None, pad_batch=True, **
     with model_lock(model):  # on JAX the loop takes the task's variables out while it runs
         generator.streamer = None if streamer is None else (lambda tokens: streamer(np.asarray(tokens)[:rows]))
         try:
-            out = generator.predict_on_batch({"token_ids": ids.astype("int32"), "noise": noise})
+            out = generator.predict_on_batch({"token_ids": ids, "noise": noise})
         finally:
             generator.streamer = None
     out = np.asarray(ops.convert_to_numpy(out), "int32")[:rows * (plan.num_return_sequences if plan.beams else 1)]

@@ -8,6 +8,7 @@ from kformer.layers.attention import MultiHeadAttention
 from kformer.layers.convolution import ConformerConvolution, ConvolutionSubsampling
 from kformer.layers.embedding import PatchEmbedding, TokenAndPositionEmbedding
 from kformer.layers.feed_forward import FeedForward
+from kformer.layers.log_mel import LogMelSpectrogram
 from kformer.layers.moe import MixtureOfExperts
 from kformer.layers.ngram import HashedNgramEmbedding
 from kformer.layers.pooling import ClassTokenPooling, MaskedMeanPooling
@@ -15,6 +16,7 @@ from kformer.layers.position import (
     PositionEmbedding,
     RotaryEmbedding,
     SinusoidalPositionEncoding,
+    Sinusoids,
 )
 from kformer.layers.relative_attention import RelativeMultiHeadAttention
 
@@ -25,6 +27,7 @@ __all__ = [
     "MaskedMeanPooling",
     "FeedForward",
     "HashedNgramEmbedding",
+    "LogMelSpectrogram",
     "MixtureOfExperts",
     "MultiHeadAttention",
     "PatchEmbedding",
@@ -32,6 +35,7 @@ __all__ = [
     "RelativeMultiHeadAttention",
     "RotaryEmbedding",
     "SinusoidalPositionEncoding",
+    "Sinusoids",
     "TokenAndPositionEmbedding",
     "masks",
 ]

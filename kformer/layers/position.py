@@ -1,5 +1,7 @@
 """Position information: fixed sinusoids, learned embeddings, rotary embeddings."""
 
+import math
+
 import keras
 import numpy as np
 from keras import ops
@@ -14,7 +16,7 @@ def _positions(inputs, start_index, seq_axis=1):
     return ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
 
 
-LAYOUTS = ("interleaved", "halves")
+LAYOUTS = ("interleaved", "halves", "tensor2tensor")
 
 
 def sinusoid(positions, dim, max_wavelength=10000, layout="interleaved"):
@@ -26,7 +28,19 @@ def sinusoid(positions, dim, max_wavelength=10000, layout="interleaved"):
     `layout="halves"` puts the same sines in the first `ceil(dim / 2)` features and the cosines
     after them (Marian's and fairseq-style checkpoints): feature `i` of the first half is
     `sin(pos / max_wavelength^(2i / dim))`, of the second half the matching cosine.
+
+    `layout="tensor2tensor"` (Whisper's encoder; tensor2tensor's `get_timing_signal_1d`): halves too, but
+    the `dim / 2` frequencies run from 1 to `1 / max_wavelength` inclusive: feature `i < dim / 2` is
+    `sin(pos * max_wavelength^(-i / (dim / 2 - 1)))`. `dim` must be even and at least 4.
     """
+    if layout == "tensor2tensor":
+        if dim % 2 or dim < 4:
+            raise ValueError(f"The tensor2tensor layout needs an even width >= 4. Received: dim={dim}")
+        half = dim // 2
+        step = np.float32(-math.log(max_wavelength) / (half - 1))
+        inverse_timescale = np.exp(step * np.arange(half, dtype="float32"))  # float32, as Whisper's torch code
+        angles = ops.expand_dims(positions, 1) * inverse_timescale[None, :]
+        return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=1)
     feature = np.arange(dim)
     two_i = (feature - feature % 2).astype("float32")  # 2i for both 2i and 2i+1
     if layout == "halves":
@@ -41,6 +55,35 @@ def sinusoid(positions, dim, max_wavelength=10000, layout="interleaved"):
 
 
 @keras.saving.register_keras_serializable(package="kformer")
+class Sinusoids(keras.initializers.Initializer):
+    """Initializer of a `(positions, dim)` table with `sinusoid`'s encodings: fixed positions kept as a
+    weight, for a checkpoint that stores its own table (Whisper's encoder; freeze the layer holding it).
+
+    Args:
+        max_wavelength: int. Defaults to `10000`.
+        layout: one of `sinusoid`'s layouts. Defaults to `"interleaved"`.
+
+    Example:
+
+    >>> table = Sinusoids(layout="halves")((3, 4))
+    >>> [round(float(v), 3) for v in np.asarray(table)[1]]  # position 1: sin, sin, cos, cos
+    [0.841, 0.01, 0.54, 1.0]
+    """
+
+    def __init__(self, max_wavelength=10000, layout="interleaved"):
+        if layout not in LAYOUTS:
+            raise ValueError(f"`layout` must be one of {LAYOUTS}. Received: layout={layout!r}")
+        self.max_wavelength, self.layout = max_wavelength, layout
+
+    def __call__(self, shape, dtype=None):
+        table = sinusoid(ops.arange(shape[0], dtype="float32"), shape[1], self.max_wavelength, self.layout)
+        return ops.cast(table, dtype or "float32")
+
+    def get_config(self):
+        return {"max_wavelength": self.max_wavelength, "layout": self.layout}
+
+
+@keras.saving.register_keras_serializable(package="kformer")
 class SinusoidalPositionEncoding(keras.layers.Layer):
     """Fixed sine/cosine position encoding ("Attention Is All You Need", 3.5).
 
@@ -49,9 +92,10 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Args:
         max_wavelength: int. The base of the geometric progression of
             wavelengths (10000 in the paper). Defaults to `10000`.
-        layout: `"interleaved"` (the paper: sin, cos, sin, cos, ...) or
-            `"halves"` (all sines, then all cosines: Marian checkpoints).
-            Defaults to `"interleaved"`.
+        layout: `"interleaved"` (the paper: sin, cos, sin, cos, ...),
+            `"halves"` (all sines, then all cosines: Marian checkpoints) or
+            `"tensor2tensor"` (halves with tensor2tensor's frequencies:
+            Whisper's encoder; see `sinusoid`). Defaults to `"interleaved"`.
         **kwargs: Passed to `keras.layers.Layer`.
 
     Call arguments:

@@ -41,6 +41,7 @@ from kformer.models.parallel import layout_map
 from kformer.models.pretrained import from_pretrained
 from kformer.models.registry import build, builder, get_preset, list_models, register
 from kformer.models.speech_recognizer import SpeechRecognizer, speech_recognizer
+from kformer.models.speech_to_text import SpeechToText
 from kformer.models.task import ClassifierTask, KformerModel, Task
 from kformer.models.translator import Translator, translator
 from kformer.models.vit import ViTImageClassifier, vit
@@ -65,6 +66,7 @@ __all__ = [
     "SparseAccuracy",
     "SparseCrossEntropy",
     "SpeechRecognizer",
+    "SpeechToText",
     "Task",
     "TextClassifier",
     "TopKSampler",

@@ -7,7 +7,7 @@ from keras import ops
 from kformer import blocks, layers
 from kformer.generation.config import GenerationConfig, fields_of
 from kformer.generation.options import TRANSLATE_MAX_WORD_PIECES, TRANSLATE_NO_REPEAT_NGRAM_SIZE
-from kformer.generation.protocol import GenerativeTask
+from kformer.generation.protocol import EncoderDecoderTask
 from kformer.generation.search import generate as generate_ids
 from kformer.layers.checks import check_positive_ints, check_rates
 from kformer.models.input_checks import check_batch_size
@@ -21,7 +21,7 @@ POSITIONS = ("sinusoidal", "learned")
 
 
 @keras.saving.register_keras_serializable(package="kformer")
-class Translator(GenerativeTask, Task):
+class Translator(EncoderDecoderTask, Task):
     """Source ids `(batch, src_len)` + target ids `(batch, tgt_len)` -> logits `(batch, tgt_len, vocab)`.
 
     Id 0 is padding on both sides (masks are derived from it; a checkpoint
@@ -206,56 +206,6 @@ class Translator(GenerativeTask, Task):
         for block in self.encoder_blocks:
             x = block(x, padding_mask=mask)
         return (x if self.encoder_norm is None else self.encoder_norm(x)), mask
-
-    # The decoding protocol (`kformer.generation.protocol.GenerativeTask`), called by `generate`.
-    def decoder_parts(self):
-        return self.decoder_embedding, self.decoder_blocks, self.decoder_norm, self.output_projection
-
-    def prefill(self, token_ids, max_length, start_ids, use_cache):
-        """Encode the source once and its cross-attention keys/values once; the buffer starts with `[START]`
-        (`start_ids[0]`), then the forced ids (`start_ids[1:]`, written by the loop)."""
-        encoder_outputs, source_mask = self.encode(token_ids)
-        cross = tuple(block.compute_cross_attention_cache(encoder_outputs) for block in self.decoder_blocks)
-        batch, length = ops.shape(token_ids)[0], max_length + 1
-        given = ops.convert_to_tensor([list(start_ids) + [0] * (length - len(start_ids))], "int32")
-        tokens = ops.repeat(given, batch, axis=0)
-        prompt = ops.broadcast_to(ops.arange(length) < len(start_ids), (batch, length))
-        # The position encodings once, sliced a step at a time (`call_with_cache`): sinusoids computed inside
-        # TensorFlow's XLA loop were fused into the next projections and recomputed for each of their outputs.
-        limit = self.sequence_length if self.position == "learned" else None
-        positions = self.decoder_embedding.position_table(length if limit is None else min(length, limit))
-        context = {"cross_attention_cache": cross, "source_mask": source_mask, "encoder_outputs": encoder_outputs,
-                   "positions": positions, "output_table": self.output_table()}
-        cache = self.empty_cache(batch, length if use_cache else 1, cross[0].dtype)
-        if not use_cache:
-            return tokens, prompt, 1, cache, context, self.call_without_cache(tokens, 0, context)
-        logits, cache = self.call_with_cache(tokens[:, :1], cache, 0, context)
-        return tokens, prompt, 1, cache, context, logits[:, -1]
-
-    def call_with_cache(self, token_ids, cache, cache_update_index, context, cache_padding_mask=None):
-        positions = context.get("positions")
-        if positions is not None:  # the rows of this step's positions
-            positions = ops.slice(positions, [cache_update_index, 0], [ops.shape(token_ids)[1], self.hidden_dim])
-        x = self.decoder_embedding(token_ids, start_index=cache_update_index, positions=positions)
-        x, cache = self._run_blocks(x, cache, cache_update_index, cache_padding_mask,
-                                    cross_attention_cache=context["cross_attention_cache"],
-                                    encoder_padding_mask=context["source_mask"])
-        return self.logits(x, context.get("output_table")), cache
-
-    def call_without_cache(self, tokens, index, context):
-        x = self.decoder_embedding(tokens[:, :-1])  # the buffer is [START] + max_length slots
-        for block in self.decoder_blocks:
-            x = block(x, context["encoder_outputs"], encoder_padding_mask=context["source_mask"])
-        return self.logits(ops.take(x, index, axis=1)[:, None], context.get("output_table"))[:, 0]
-
-    def repeat_context(self, context, beams):
-        return {"cross_attention_cache": tuple(ops.repeat(c, beams, axis=0) for c in context["cross_attention_cache"]),
-                "source_mask": ops.repeat(context["source_mask"], beams, axis=0),
-                "encoder_outputs": ops.repeat(context["encoder_outputs"], beams, axis=0),
-                "positions": context.get("positions"), "output_table": context.get("output_table")}
-
-    def generated_tokens(self, tokens):
-        return tokens[:, 1:]  # without [START]
 
     def default_generation_config(self):
         """Greedy, with the preprocessor's ids and length (`max_length` its `sequence_length`, number slots

@@ -18,7 +18,7 @@ import os
 from kformer.models import task as task_module
 from kformer.models.pretrained.common import read_config, resolve
 
-FAMILIES = ("bert", "gpt2", "gpt_neo", "marian", "vit")
+FAMILIES = ("bert", "gpt2", "gpt_neo", "marian", "vit", "whisper")
 
 
 def from_pretrained(source, task=None, adapter=None, **kwargs):
@@ -80,6 +80,8 @@ def _load(source, task, **kwargs):
         from kformer.models.pretrained import vit as family
     elif model_type == "marian":
         from kformer.models.pretrained import marian as family
+    elif model_type == "whisper":
+        from kformer.models.pretrained import whisper as family
     else:
         raise ValueError(f"{folder / 'config.json'}: `model_type`={model_type!r} is not a family kformer loads; "
                          f"expected one of {list(FAMILIES)}.")

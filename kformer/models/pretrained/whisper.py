@@ -1,0 +1,160 @@
+"""Whisper checkpoints in the Hugging Face layout (`WhisperForConditionalGeneration`, `model_type: "whisper"`)
+as a `SpeechToText` task.
+
+The mapping, one block `i`:
+
+    model.encoder.conv1, conv2 (out, in, 3)          -> conv_1, conv_2 kernels (3, in, out)
+    model.encoder.embed_positions (fixed sinusoids)  -> encoder_positions (a frozen table)
+    model.decoder.embed_tokens (tied output)         -> decoder_embedding token table
+    model.decoder.embed_positions                    -> decoder_embedding learned positions
+    {encoder,decoder}.layers.i.self_attn.{q,k,v,out}_proj -> self_attention query/key/value/output (key bias 0)
+    decoder.layers.i.encoder_attn.*                  -> decoder_i cross_attention
+    *.self_attn_layer_norm, encoder_attn_layer_norm, final_layer_norm -> the block's three norms
+    *.fc1, *.fc2                                     -> feed_forward inner, outer
+    {encoder,decoder}.layer_norm                     -> encoder_final_norm, decoder_final_norm
+
+`generation_config.json` gives the forced prompt's tokens (languages, tasks, `<|notimestamps|>`),
+`suppress_tokens`, `begin_suppress_tokens` and `max_length`. Every config value kformer cannot
+represent is refused (field, value) before any weight is assigned.
+"""
+
+import pathlib
+
+import numpy as np
+
+from kformer.models.pretrained.common import (Entry, assign_all, check_sizes, field, linear, norm, read_weights,
+                                              to_kformer)
+from kformer.models.speech_to_text import SpeechToText
+
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+TASKS = (None, "speech_to_text", "transcription")
+OPTIONS = ("dropout", "name", "dtype", "preprocessor", "default_language")
+
+
+def _positive_int(config, name, default=None):
+    value = field(config, name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"config.json: `{name}`={value!r} must be a positive int; the checkpoint was not loaded.")
+    return value
+
+
+def model_arguments(config):
+    """config.json -> `SpeechToText` arguments; a ValueError naming the field kformer cannot represent."""
+    sizes = {name: _positive_int(config, name) for name in (
+        "vocab_size", "num_mel_bins", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+        "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_source_positions",
+        "max_target_positions")}
+    for encoder, decoder in (("encoder_attention_heads", "decoder_attention_heads"),
+                             ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if sizes[encoder] != sizes[decoder]:
+            raise ValueError(f"config.json: `{encoder}`={sizes[encoder]} differs from `{decoder}`={sizes[decoder]}; "
+                             "kformer's SpeechToText uses one size for both stacks. The checkpoint was not loaded.")
+    if sizes["d_model"] % sizes["encoder_attention_heads"]:
+        raise ValueError(f"config.json: `d_model`={sizes['d_model']} is not divisible by "
+                         f"`encoder_attention_heads`={sizes['encoder_attention_heads']}.")
+    field(config, "scale_embedding", False, allowed=(False,))
+    field(config, "tie_word_embeddings", True, allowed=(True,))
+    activation = field(config, "activation_function", "gelu", allowed=tuple(ACTIVATIONS))
+    dropout = field(config, "dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"config.json: `dropout`={dropout!r} must be a number in [0, 1).")
+    return dict(vocabulary_size=sizes["vocab_size"], num_mel_bins=sizes["num_mel_bins"],
+                max_source_positions=sizes["max_source_positions"],
+                max_target_positions=sizes["max_target_positions"], hidden_dim=sizes["d_model"],
+                num_heads=sizes["encoder_attention_heads"], intermediate_dim=sizes["encoder_ffn_dim"],
+                num_encoder_layers=sizes["encoder_layers"], num_decoder_layers=sizes["decoder_layers"],
+                dropout=float(dropout), activation=ACTIVATIONS[activation])
+
+
+def _attention(layer, name, width):
+    return (linear(layer.query_dense, f"{name}.q_proj", width, width)
+            + linear(layer.key_dense, f"{name}.k_proj", width, width, bias=False)
+            + linear(layer.value_dense, f"{name}.v_proj", width, width)
+            + linear(layer.output_dense, f"{name}.out_proj", width, width))
+
+
+def table(model):
+    """The `Entry` table of a `SpeechToText`: `WhisperForConditionalGeneration` tensor names."""
+    e, inner = model.hidden_dim, model.intermediate_dim
+    embedding = model.decoder_embedding
+    entries = []
+    for i, (convolution, inputs) in enumerate(zip(model.convolutions, (model.num_mel_bins, e))):
+        name = f"model.encoder.conv{i + 1}"
+        entries += [Entry(f"{name}.weight", convolution.kernel, (e, inputs, 3), (2, 1, 0)),
+                    Entry(f"{name}.bias", convolution.bias, (e,))]
+    entries += [Entry("model.decoder.embed_tokens.weight", embedding.token_embedding.embeddings,
+                      (model.vocabulary_size, e)),
+                Entry("model.decoder.embed_positions.weight", embedding.position_embedding.position_embeddings,
+                      (model.max_target_positions, e)),
+                Entry("model.encoder.embed_positions.weight", model.encoder_positions.position_embeddings,
+                      (model.max_source_positions, e))]
+    for side, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
+        for i, block in enumerate(blocks):
+            b = f"model.{side}.layers.{i}."
+            entries += _attention(block.self_attention, b + "self_attn", e)
+            entries += norm(block.self_attention_norm, b + "self_attn_layer_norm", e)
+            if side == "decoder":
+                entries += _attention(block.cross_attention, b + "encoder_attn", e)
+                entries += norm(block.cross_attention_norm, b + "encoder_attn_layer_norm", e)
+            entries += linear(block.feed_forward.inner, b + "fc1", e, inner)
+            entries += linear(block.feed_forward.outer, b + "fc2", inner, e)
+            entries += norm(block.feed_forward_norm, b + "final_layer_norm", e)
+    entries += norm(model.encoder_norm, "model.encoder.layer_norm", e)
+    entries += norm(model.decoder_norm, "model.decoder.layer_norm", e)
+    return entries
+
+
+def load(folder, config, task=None, **kwargs):
+    """A Whisper checkpoint folder -> `SpeechToText` with the checkpoint's weights and, when the folder holds
+    a tokenizer, a `kformer.data.whisper.WhisperPreprocessor` (and its generation defaults).
+
+    Args:
+        folder: the checkpoint folder.
+        config: its config.json as a dict.
+        task: None or `"speech_to_text"`.
+        **kwargs: `dropout` (default: config.json's), `name`, `dtype`, `preprocessor` (False: none; or one
+            to attach instead) and `default_language` (the forced prompt's language; default `"en"`).
+
+    Returns:
+        `SpeechToText` whose logits equal `WhisperForConditionalGeneration`'s.
+    """
+    folder = pathlib.Path(folder)
+    if task not in TASKS:
+        raise ValueError(f"Whisper checkpoints load as one task (speech to text). Received: task={task!r}; expected "
+                         f"one of {list(TASKS)}.")
+    unknown = sorted(set(kwargs) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"Unknown Whisper `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
+    args = model_arguments(config)
+    weights = read_weights(folder)
+    check_sizes(weights, {"encoder_layers": (args["num_encoder_layers"], r"model\.encoder\.layers\.(\d+)\."),
+                          "decoder_layers": (args["num_decoder_layers"], r"model\.decoder\.layers\.(\d+)\."),
+                          "vocab_size": (args["vocabulary_size"], "model.decoder.embed_tokens.weight", 0),
+                          "d_model": (args["hidden_dim"], "model.decoder.embed_tokens.weight", 1),
+                          "encoder_ffn_dim": (args["intermediate_dim"], "model.encoder.layers.0.fc1.bias", 0)})
+    preprocessor = kwargs.pop("preprocessor", None)
+    default_language = kwargs.pop("default_language", None)
+    if preprocessor is None and any((folder / name).is_file() for name in ("tokenizer.json", "vocab.json")):
+        from kformer.data.whisper import WhisperPreprocessor
+
+        preprocessor = WhisperPreprocessor.from_folder(folder, max_target_positions=args["max_target_positions"],
+                                                       default_language=default_language)
+    args.update(kwargs)
+    model = SpeechToText(**args, preprocessor=preprocessor or None)
+    entries = table(model)
+    pairs = to_kformer(weights, entries)  # every tensor's shape checked before any assignment
+    for blocks in (model.encoder_blocks, model.decoder_blocks):
+        for block in blocks:
+            attentions = [block.self_attention] + ([block.cross_attention] if blocks is model.decoder_blocks else [])
+            pairs += [(a.key_dense.bias, np.zeros(a.key_dense.bias.shape, "float32")) for a in attentions]
+    used = {entry.name for entry in entries} | {"proj_out.weight"}
+    unknown = sorted(name for name in weights if name not in used)
+    if unknown:
+        raise ValueError(f"The checkpoint holds tensors a `SpeechToText` has no place for: {unknown[:5]} "
+                         f"({len(unknown)} in all); it was not loaded.")
+    if "proj_out.weight" in weights and not np.array_equal(weights["proj_out.weight"],
+                                                           weights["model.decoder.embed_tokens.weight"]):
+        raise ValueError("The checkpoint's proj_out.weight differs from model.decoder.embed_tokens.weight, but "
+                         "Whisper ties them; it was not loaded.")
+    assign_all(pairs)
+    return model
