@@ -14,6 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kformer.data.bpe import NUL_MESSAGE
+from kformer.data.preprocessors import as_strings
 from kformer.data.preprocessors.audio import AudioPreprocessor
 
 TASKS = ("transcribe", "translate")
@@ -33,6 +35,29 @@ def _byte_decoder():
 
 
 BYTE_DECODER = _byte_decoder()
+
+
+def read_merges(folder):
+    """A Whisper tokenizer folder's BPE merges (`"a b"` strings, in rank order): `tokenizer.json`'s, else
+    `merges.txt`'s; `[]` when it has neither (the preprocessor then detokenizes only).
+
+    Args:
+        folder: str or path. The checkpoint (or tokenizer) folder.
+
+    Example:
+
+    >>> read_merges("/no/such/folder")
+    []
+    """
+    folder = pathlib.Path(folder)
+    fast = folder / "tokenizer.json"
+    if fast.is_file():
+        merges = json.loads(fast.read_text(encoding="utf-8")).get("model", {}).get("merges") or []
+        return [m if isinstance(m, str) else " ".join(m) for m in merges]
+    if (folder / "merges.txt").is_file():
+        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+        return [line for line in lines if line and not line.startswith("#version")]
+    return []
 
 
 def read_vocabulary(folder):
@@ -107,6 +132,8 @@ class WhisperPreprocessor(AudioPreprocessor):
             prompt and the tokens together. Defaults to `448`.
         default_language: str or None. The language `generation_config()`
             puts in its forced prompt. Defaults to `"en"` where there is one.
+        merges: list of str or None. The BPE merges (`"a b"`), for
+            `tokenize` and training data (`dataset`); None: detokenizing only.
         sample_rate: int. Defaults to `16000`.
         chunk_seconds: float. The window. Defaults to `30.0`.
         **kwargs: Passed to `keras.layers.Layer`.
@@ -123,7 +150,7 @@ class WhisperPreprocessor(AudioPreprocessor):
 
     def __init__(self, tokens, special_ids, start_token_id, end_token_id, languages=None, task_ids=None,
                  no_timestamps_id=None, decoding_defaults=None, max_new_tokens=448, max_target_positions=448,
-                 default_language=None, sample_rate=16000, chunk_seconds=30.0, **kwargs):
+                 default_language=None, merges=None, sample_rate=16000, chunk_seconds=30.0, **kwargs):
         kwargs.pop("num_mel_bins", None)
         kwargs.pop("max_seconds", None)
         super().__init__(sample_rate=sample_rate, max_seconds=chunk_seconds, **kwargs)
@@ -153,6 +180,9 @@ class WhisperPreprocessor(AudioPreprocessor):
         self.window = int(round(self.chunk_seconds * sample_rate))
         self._special = np.zeros(len(self.tokens), bool)
         self._special[self.special_ids] = True
+        self._token_table = None  # `detokenize_tensor`'s bytes of each token, made on first use
+        self.merges = list(merges or [])
+        self._byte_pairs = None  # `tokenize`'s traced keras-hub tokenizer, made on first use
 
     @property
     def vocabulary_size(self):
@@ -184,7 +214,7 @@ class WhisperPreprocessor(AudioPreprocessor):
                    end_token_id=token_id("<|endoftext|>"), languages=languages, task_ids=task_ids,
                    no_timestamps_id=settings.get("no_timestamps_token_id", ids.get("<|notimestamps|>")),
                    decoding_defaults=defaults, max_new_tokens=int(settings.get("max_length", 448)),
-                   max_target_positions=max_target_positions, **kwargs)
+                   max_target_positions=max_target_positions, merges=read_merges(folder), **kwargs)
 
     # ---- audio --------------------------------------------------------------------------------------------
     def inputs(self, x):
@@ -195,9 +225,80 @@ class WhisperPreprocessor(AudioPreprocessor):
         audio = tf.map_fn(one, x, fn_output_signature=tf.TensorSpec([self.window], tf.float32))
         return {"audio": tf.ensure_shape(audio, [None, self.window])}
 
-    def dataset(self, *args, **kwargs):
-        raise ValueError("Fine-tuning a Whisper checkpoint through `fit` is not supported yet: kformer loads, "
-                         "transcribes and decodes Whisper checkpoints (kformer issue 74).")
+    # ---- training data ------------------------------------------------------------------------------------
+    def tokenize(self, texts):
+        """Texts -> `tf.RaggedTensor` of their byte-level BPE ids (no special tokens), as transformers'
+        `WhisperTokenizer(texts, add_special_tokens=False)` gives them."""
+        texts = as_strings(texts, "texts")
+        for i, text in enumerate(texts.numpy()):
+            if b"\0" in text:
+                raise ValueError(f"`texts`[{i}]: {NUL_MESSAGE} Received: {text[:80]!r}")
+        if self._byte_pairs is None:
+            if not self.merges:
+                raise ValueError("This preprocessor has no BPE merges (its checkpoint folder had no tokenizer.json "
+                                 "or merges.txt): it detokenizes, but cannot tokenize transcripts.")
+            import keras_hub
+
+            pieces = {token: i for i, token in enumerate(self.tokens) if not self._special[i]}
+            tokenizer = keras_hub.tokenizers.BytePairTokenizer(vocabulary=pieces, merges=self.merges)
+            tokenizer._allow_python_workflow = False  # noqa: SLF001 (its TensorFlow path: transformers' ids)
+            self._byte_pairs = tf.function(lambda t: tf.cast(tokenizer.tokenize(t), tf.int32), autograph=False,
+                                           input_signature=[tf.TensorSpec([None], tf.string)])  # traced once
+        return self._byte_pairs(texts)
+
+    def label_ids(self, texts, language=None, task="transcribe"):
+        """Transcripts -> each one's decoder ids: `<|startoftranscript|>`, the forced prompt, the text's
+        tokens, `<|endoftext|>` (`tf.RaggedTensor`); a ValueError names one longer than the decoder's positions."""
+        prefix = [self.start_token_id, *self.prompt_ids(language, task)]
+        ids = self.tokenize(texts)
+        rows = tf.shape(ids)[0]
+        ids = tf.concat([tf.ragged.constant([prefix] * int(rows), dtype=tf.int32)[:rows], tf.cast(ids, tf.int32),
+                         tf.fill([rows, 1], self.end_token_id)], axis=1)
+        lengths = ids.row_lengths().numpy()
+        if len(lengths) and lengths.max() - 1 > self.max_target_positions:
+            row = int(lengths.argmax())
+            raise ValueError(f"`y[{row}]` makes {lengths[row] - 1} decoder tokens (prompt and end included), more "
+                             f"than the model's max_target_positions={self.max_target_positions}.")
+        return ids
+
+    def dataset(self, x, y=None, sample_weight=None, *, batch_size=8, shuffle=False, seed=0, language=None,
+                task="transcribe"):
+        """Batched `tf.data.Dataset` of `(inputs, labels, weights)` for `fit` / `evaluate`, as transformers'
+        Whisper fine-tuning: `inputs` `{"audio", "decoder_token_ids"}` (the start token, the prompt, the text),
+        `labels` the same ids one step on (the end token last), `weights` 1 on each real label.
+
+        Args:
+            x: raw audio (see `AudioPreprocessor`): WAV files, WAV bytes or waveforms.
+            y: list of str. The transcripts, one per recording.
+            sample_weight: not supported (None).
+            batch_size: int. Defaults to `8`.
+            shuffle: bool. Reshuffle each epoch. Defaults to `False`.
+            seed: int. The shuffle's seed. Defaults to `0`.
+            language, task: the forced prompt of every transcript (`prompt_ids`).
+        """
+        if isinstance(x, tf.data.Dataset) or y is None or sample_weight is not None:
+            raise ValueError("`dataset` takes raw audio `x` with transcripts `y` (a list of str), and no "
+                             f"`sample_weight`. Received: y={'None' if y is None else type(y).__name__}, "
+                             f"sample_weight={'None' if sample_weight is None else type(sample_weight).__name__}")
+        texts = [y] if isinstance(y, str) else list(y)
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"`y` must be the transcripts (a list of str). Received: y={str(y)[:80]!r}")
+        wav_bytes = self._raw_tensor(x)
+        if len(texts) != int(tf.shape(wav_bytes)[0]):
+            raise ValueError(f"`y` has {len(texts)} transcripts but `x` has {int(tf.shape(wav_bytes)[0])} "
+                             "recordings: expected one per recording.")
+        ids = self.label_ids(texts, language, task)
+        ds = tf.data.Dataset.from_tensor_slices((wav_bytes, ids))
+        if shuffle:
+            ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+
+        def pack(wav_bytes, ids):
+            dense = ids.to_tensor(default_value=self.end_token_id)
+            weights = tf.sequence_mask(ids.row_lengths() - 1, tf.shape(dense)[1] - 1, tf.float32)
+            return ({"audio": self.inputs(wav_bytes)["audio"], "decoder_token_ids": dense[:, :-1]}, dense[:, 1:],
+                    weights)
+        ds = ds.ragged_batch(batch_size).map(pack, num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.apply(tf.data.experimental.assert_cardinality(-(-len(texts) // batch_size))).prefetch(2)
 
     # ---- text ---------------------------------------------------------------------------------------------
     def prompt_ids(self, language=None, task="transcribe"):
@@ -233,17 +334,29 @@ class WhisperPreprocessor(AudioPreprocessor):
         return GenerationConfig(start_token_id=self.start_token_id, stop_token_ids=self.end_token_id,
                                 forced_prompt_ids=prompt, max_length=length, **self.decoding_defaults)
 
+    def token_bytes(self):
+        """The bytes of each id's token (`b""` for the special tokens): what `detokenize_tensor` joins."""
+        return [b"" if special else bytes(BYTE_DECODER.get(c, ord("?")) for c in token)
+                for token, special in zip(self.tokens, self._special)]
+
+    def detokenize_tensor(self, token_ids):
+        """Ids `(batch, length)` -> string `(batch,)` in core TensorFlow ops (a served graph): each row's
+        tokens before its first end token, special tokens dropped, invalid UTF-8 replaced by U+FFFD."""
+        if self._token_table is None:
+            self._token_table = np.array(self.token_bytes(), dtype=object)
+        ids = tf.cast(token_ids, tf.int32)
+        before_end = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, self.end_token_id), tf.int32), axis=1), 0)
+        known = tf.logical_and(before_end, tf.logical_and(ids >= 0, ids < len(self.tokens)))
+        pieces = tf.where(known, tf.gather(tf.constant(self._token_table), tf.clip_by_value(ids, 0, len(self.tokens) - 1)), "")
+        text = tf.strings.reduce_join(pieces, axis=1)
+        return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+
     def detokenize(self, token_ids):
-        """Ids `(batch, length)` -> list of str: each row up to its first end token, without special tokens."""
+        """Ids `(batch, length)` -> list of str: `detokenize_tensor`'s text (each row up to its first end
+        token, without special tokens)."""
         rows = np.asarray(keras.ops.convert_to_numpy(token_ids))
-        texts = []
-        for row in rows.reshape(len(rows), -1):
-            ends = np.flatnonzero(row == self.end_token_id)
-            row = row[:ends[0]] if len(ends) else row
-            row = row[(row >= 0) & (row < len(self.tokens))]
-            pieces = "".join(self.tokens[i] for i in row if not self._special[i])
-            texts.append(bytes(BYTE_DECODER.get(c, ord("?")) for c in pieces).decode("utf-8", errors="replace"))
-        return texts
+        rows = rows.reshape(len(rows), -1).astype("int32")
+        return [text.decode("utf-8") for text in self.detokenize_tensor(rows).numpy()]
 
     def get_config(self):
         config = super().get_config()
@@ -254,4 +367,5 @@ class WhisperPreprocessor(AudioPreprocessor):
                 "languages": self.languages, "task_ids": self.task_ids, "no_timestamps_id": self.no_timestamps_id,
                 "decoding_defaults": self.decoding_defaults, "max_new_tokens": self.max_new_tokens,
                 "max_target_positions": self.max_target_positions, "default_language": self.default_language,
+                "merges": self.merges,
                 "chunk_seconds": self.chunk_seconds}

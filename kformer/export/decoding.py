@@ -44,11 +44,12 @@ def check_export_options(task, preprocessor, generation=None, legacy=None, *, xl
     if not isinstance(xla, bool) or (xla and task_type != "translation"):
         raise ValueError(f"`xla` must be a bool, and True only for translation (the `translate_xla` signature). "
                          f"Received: xla={xla!r} for a {task_type} task")
-    if task_type not in ("translation", "text_generation"):
+    if task_type not in ("translation", "text_generation", "speech_to_text"):
         given = {**legacy, **({"generation": generation} if generation is not None else {})}
         if given:
             name = sorted(given)[0]
-            raise ValueError(f"`{name}` is for translation and text generation. Received: {name}={given[name]!r} "
+            raise ValueError(f"`{name}` is for translation, text generation and speech to text. Received: "
+                             f"{name}={given[name]!r} "
                              f"for a {task_type} task")
         return {}
     config = task.generation_config if generation is None else generation

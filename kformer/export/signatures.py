@@ -358,6 +358,30 @@ def speech_to_text(task, preprocessor, options):
     return transcribe
 
 
+def transcribe_speech(strategy):
+    """WAV bytes `(batch,)` -> `transcript` `(batch,)` and `token_ids` `(batch, length)`: a `SpeechToText`
+    (a Whisper checkpoint). The preprocessor's `inputs` (decode, resample to 16 kHz, pad to the window),
+    the model's log-mel features and the decoding loop with the export's `GenerationConfig` (the forced
+    prompt and suppressed tokens of the checkpoint), then its byte-level detokenizing: core TensorFlow
+    ops, which a stock TF Serving runs. `token_ids` start with the forced prompt; bytes that are not a
+    WAV file, empty audio and audio over the window are INVALID_ARGUMENT."""
+    def make(task, preprocessor, options):
+        from kformer.generation.search import decode_function
+
+        decode = decode_function(task, signature_config(options, strategy))
+
+        def answer(wav_bytes):
+            ids = decode(preprocessor.inputs(wav_bytes)["audio"])
+            return preprocessor.detokenize_tensor(ids), ids
+
+        def transcribe(wav_bytes):  # an empty batch answers an empty batch
+            transcript, ids = tf.cond(tf.size(wav_bytes) > 0, lambda: answer(wav_bytes),
+                                      lambda: (tf.zeros([0], tf.string), tf.zeros([0, 0], tf.int32)))
+            return {"transcript": transcript, "token_ids": ids}
+        return transcribe
+    return make
+
+
 def _wav():
     noise = np.random.default_rng(0).normal(0, 0.01, (4000, 1)).astype(np.float32)  # 0.5 s at 8 kHz
     return np.array([tf.audio.encode_wav(noise, 8000).numpy()], dtype=object)
@@ -410,6 +434,11 @@ SIGNATURES = {
                   classify_image_bytes, lambda: {"image_bytes": _png()}),
         Signature("classify_images", {"images": (tf.uint8, [None, None, None, 3])}, LABEL_OUTPUTS,
                   classify_images, lambda: {"images": np.zeros((1, 32, 32, 3), np.uint8)})),
+    "speech_to_text": (
+        Signature("serving_default", WAV, ("transcript", "token_ids"), transcribe_speech("greedy"),
+                  lambda: {"wav_bytes": _wav()}),
+        Signature("transcribe_beam", WAV, ("transcript", "token_ids"), transcribe_speech("beam"),
+                  lambda: {"wav_bytes": _wav()})),
     "speech_recognition": (
         Signature("serving_default", WAV, ("transcript", "token_ids"), speech_to_text, lambda: {"wav_bytes": _wav()}),
         Signature("speech_to_text", WAV, ("transcript", "token_ids"), speech_to_text,

@@ -145,11 +145,12 @@ class SpeechToText(EncoderDecoderTask, Task):
         return {self.output_names[0]: self.vocabulary_size}
 
     def _check_labels(self, x, y):
-        if self._raw(x):
-            raise ValueError("Fine-tuning on raw audio and transcripts through `fit` is not supported yet (kformer "
-                             "issue 74); `fit` takes model inputs `{\"audio\", \"decoder_token_ids\"}` and next-token "
-                             "labels.")
-        super()._check_labels(x, y)
+        if not self._raw(x):
+            return super()._check_labels(x, y)
+        texts = [y] if isinstance(y, str) else y
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("`y` must be the transcripts (a list of str), one per recording. Received: "
+                             f"y={str(y)[:80]!r} ({type(y).__name__})")
 
     def validate_preprocessor(self, preprocessor=None):
         preprocessor = self.preprocessor if preprocessor is None else preprocessor

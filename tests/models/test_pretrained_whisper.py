@@ -8,6 +8,8 @@ silence."""
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -82,6 +84,46 @@ def test_greedy_tokens_and_text_equal_generate(checkpoint, model, audio):
     assert model.preprocessor.detokenize(got) == processor.batch_decode(expected, skip_special_tokens=True)
 
 
+def test_fine_tuning_on_transcripts_lowers_the_loss(checkpoint, tmp_path):
+    from kformer.training.losses import SparseCrossEntropy
+
+    model = from_pretrained(checkpoint[0])  # its own copy: this test trains it
+    words = "zero one two three four five six seven eight nine".split()
+    transcripts = [words[int(path.name[0])] for path in RECORDINGS[:6]]
+    model.compile(keras.optimizers.AdamW(1e-3), SparseCrossEntropy(reduction="mean_with_sample_weight"))
+    history = model.fit([str(path) for path in RECORDINGS[:6]], transcripts, batch_size=3, epochs=3, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < 0.8 * losses[0], losses
+
+
+@pytest.mark.once("the tokenizer and the loss's reduction are TensorFlow and numpy; the logits it reads are "
+                  "held to transformers' on every backend above")
+def test_transcripts_tokenize_as_transformers_and_the_loss_is_its_loss(checkpoint, model):
+    from kformer.training.losses import SparseCrossEntropy
+
+    _, reference, processor = checkpoint
+    texts = ["one two three", " seven eight", "Hello world, this is speech!", "naïve café 😀", "", "a\tb\nc"]
+    assert model.preprocessor.tokenize(texts).to_list() == [
+        processor.tokenizer(text, add_special_tokens=False).input_ids for text in texts]
+    transcripts = ["one", "two three four", "Hello world, this is speech!"]
+    (inputs, labels, weights), = list(model.preprocessor.dataset(
+        [str(path) for path in RECORDINGS[:3]], transcripts, batch_size=3, language="en").take(1))
+    prefix = [401, 402, 406, 410]  # <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
+    assert inputs["decoder_token_ids"].numpy()[0].tolist()[:5] == prefix + processor.tokenizer(
+        "one", add_special_tokens=False).input_ids
+    loss = SparseCrossEntropy(reduction="mean_with_sample_weight")(labels, model(inputs), weights)
+    hf_labels = np.where(weights.numpy() > 0, labels.numpy(), -100)
+    with torch.no_grad():
+        expected = reference(input_features=_reference(checkpoint, inputs["audio"].numpy()),
+                             decoder_input_ids=torch.tensor(inputs["decoder_token_ids"].numpy(), dtype=torch.long),
+                             labels=torch.tensor(hf_labels, dtype=torch.long)).loss
+    assert abs(float(keras.ops.convert_to_numpy(loss)) - float(expected)) < TOLERANCE
+    with pytest.raises(ValueError, match="one per recording"):
+        model.preprocessor.dataset([str(RECORDINGS[0])], ["one", "two"])
+    with pytest.raises(ValueError, match="max_target_positions=64"):
+        model.preprocessor.dataset([str(RECORDINGS[0])], ["one " * 80])
+
+
 @pytest.mark.once("the preprocessor's checks and the loader's refusals are numpy and TensorFlow, not the backend's")
 def test_language_detection_save_and_bad_inputs(checkpoint, model, audio, tmp_path):
     folder, reference, _ = checkpoint
@@ -110,11 +152,37 @@ def test_language_detection_save_and_bad_inputs(checkpoint, model, audio, tmp_pa
         model.transcribe([audio[0]], language="xx")
     with pytest.raises(ValueError, match="`audio` must be a non-empty float array"):
         model.generate(np.zeros((2, 5), "int32"))
-    with pytest.raises(ValueError, match="not supported yet"):
-        model.fit([str(RECORDINGS[0])], ["one"])
+    with pytest.raises(ValueError, match="transcripts"):
+        model.fit([str(RECORDINGS[0])], [1])
     bad = tmp_path / "bad"
     shutil.copytree(folder, bad)
     config = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**config, "decoder_attention_heads": 2}))
     with pytest.raises(ValueError, match="decoder_attention_heads"):
         from_pretrained(bad)
+
+
+@pytest.mark.once("the SavedModel is traced by TensorFlow on every backend (a TensorFlow worker process on JAX and "
+                  "torch, from the .keras file that test_language_detection_save_and_bad_inputs round-trips)")
+def test_export_serves_wav_bytes_as_transcribe_does(model, tmp_path):
+    import tensorflow as tf
+
+    from kformer import export
+    from kformer.generation import BeamSampler
+
+    path = export.export_for_serving(model, tmp_path / "whisper")
+    # loads and answers its warmup requests as a stock TF Serving (XLA off: a process of its own)
+    check = subprocess.run([sys.executable, "-m", "kformer.cli", "check-serving", str(path)], capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    wav_bytes = np.array([p.read_bytes() for p in RECORDINGS[:3]], dtype=object)
+    served = tf.saved_model.load(str(path)).signatures
+    out = served["serving_default"](wav_bytes=tf.constant(wav_bytes))
+    expected = model.transcribe([str(p) for p in RECORDINGS[:3]], language="en")  # the export's default prompt
+    assert [t.decode("utf-8") for t in out["transcript"].numpy()] == expected
+    assert np.array_equal(out["token_ids"].numpy(), model.generate(model.preprocessor.encode(list(wav_bytes))["audio"]))
+    beam = served["transcribe_beam"](wav_bytes=tf.constant(wav_bytes[:2]))["transcript"].numpy()
+    assert [t.decode("utf-8") for t in beam] == model.transcribe([str(p) for p in RECORDINGS[:2]], language="en",
+                                                                sampler=BeamSampler(num_beams=4))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a WAV file"):
+        served["serving_default"](wav_bytes=tf.constant([b"not a wav file at all"]))
