@@ -185,6 +185,21 @@ def marian(_=None):
                    f"{newest[0]['machine']}; {', '.join(commands)}.</sup>\n")
 
 
+def whisper(_=None):
+    """`whisper_decode.csv`'s newest run: kformer's transcription seconds beside transformers', per backend and
+    number of recordings, the ratio in bold (above 1: kformer faster); where and how it ran below the table."""
+    rows = read("whisper_decode.csv")
+    newest = [r for r in rows if r["commit"] == rows[-1]["commit"]]
+    body = table(["backend", "recordings", "kformer s", "transformers s", "ratio"],
+                 [(r["backend"], r["batch"], r["kformer_seconds"], r["transformers_seconds"], f"**{r['ratio']}x**")
+                  for r in newest])
+    commands = sorted({f"`{r['command']}`" for r in newest})
+    first = newest[0]
+    return body + (f"\n<sup>{first['size']} shape, recordings of {first['seconds_of_audio']} s, {first['new_tokens']} "
+                   f"new tokens, median of {first['repeats']} calls; {first['date']}, `{first['commit']}`, "
+                   f"{first['machine']}; {', '.join(commands)}.</sup>\n")
+
+
 def decode(_=None):
     """`decode_speed.csv`'s newest run: kformer's greedy decoding (`generate`), its plain-matrix and readable
     steps, and keras-hub, tokens a second per family, backend and batch size; the ratios that set
@@ -216,7 +231,8 @@ def decode(_=None):
 
 BACKENDS = ("tensorflow", "jax", "torch")
 TABLES = {"recipes": recipes, "decode": decode, "ood": ood, "moe": moe, "anchors": anchors, "decision": decision,
-          "decisions": decisions, "csv": csv_file, "backends": backends, "marian": marian}
+          "decisions": decisions, "csv": csv_file, "backends": backends, "marian": marian,
+          "whisper": whisper}
 
 
 def render(name, arg):

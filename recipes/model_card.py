@@ -14,6 +14,7 @@ REQUESTS = {
     "text_generation": '{"instances": ["The movie was"]}',
     "image_classification": '{"instances": [{"b64": "<base64 of a PNG or JPEG>"}]}',
     "speech_recognition": '{"signature_name": "speech_to_text", "instances": [{"b64": "<base64 of a WAV file>"}]}',
+    "speech_to_text": '{"instances": [{"b64": "<base64 of a WAV file>"}]}',
 }
 
 

@@ -5,6 +5,7 @@
     python -m recipes.train_speech --tfds                               # TFDS spoken_digit (online)
     python -m recipes.train_speech --epochs 1 --max-examples 64         # quick smoke run
     kformer train speech --data-dir DATA                                # the same, through the CLI
+    python -m recipes.train_speech --from-pretrained hf://openai/whisper-tiny   # fine-tune Whisper
 
 Utterances of 1-7 digits are built by joining recordings of one speaker
 with short seeded silences (`kformer.data.spoken_digits`): training ones
@@ -24,12 +25,21 @@ published (one digit, trimmed, no silence added), and, as `ood_speaker_*`,
 on utterances of one speaker (`--ood-speaker`) from a second model trained
 without that speaker.
 
-Writes `<output-dir>/<preset>_fsdd/<version>/`: the TF Serving SavedModel
+`--from-pretrained SOURCE` fine-tunes a Whisper checkpoint instead (a Hugging Face folder or an
+`hf://` handle; `models.from_pretrained`): each utterance's transcript is its digits as English words
+("four zero seven"), after the checkpoint's English transcription prompt, with its cross-entropy
+(transformers' fine-tuning loss) at `--learning-rate` (default 1e-5); its transcripts are scored as
+the digits they name (digit words or numerals, anything else dropped). `--lora-rank R` trains
+adapters only. The figures are the training curves (the spectrogram and attention figures are the
+CTC model's).
+
+Writes `<output-dir>/<preset>_fsdd/<version>/` (`<checkpoint>_fsdd` with `--from-pretrained`): the TF Serving SavedModel
 (`speech_to_text`: WAV bytes in, `transcript` out), `model.keras`,
 `config.json`, `metrics.json`, the model card, curves, attention and
 spectrogram figures and the training logs.
 """
 
+import re
 import time
 
 import keras
@@ -38,11 +48,14 @@ import numpy as np
 from kformer import models
 from recipes import common, model_card, plots
 
+RATE_LIMIT = "Audio is resampled to 8 kHz: content above 4 kHz is discarded."
+WHISPER_RATE_LIMIT = ("FSDD is recorded at 8 kHz and resampled to Whisper's 16 kHz: the checkpoint hears nothing above "
+                      "4 kHz, unlike the audio it was trained on.")
 LIMITS = ["Digits 0-9 only, from 6 adult male speakers reading in quiet rooms (FSDD); other words, voices, "
           "noise or far-field audio are out of domain.",
           "Utterances are isolated recordings joined with short silences, not continuous speech: real digit "
           "strings run words together (co-articulation) and will score worse.",
-          "Audio is resampled to 8 kHz: content above 4 kHz is discarded.",
+          RATE_LIMIT,
           "A single digit recorded with no silence around it is harder for the model than the digit strings "
           "it is scored on: see the ood_isolated figures."]
 SPECTROGRAM = "spectrogram.png"
@@ -51,7 +64,7 @@ TRAIN_EDGE_SECONDS = (0.0, 0.3)  # leading / trailing silence of training uttera
 
 def parse_args(argv=None):
     p = common.make_parser(__doc__, builder="speech_recognizer", preset="conformer_speech_tiny", epochs=14,
-                           batch_size=32, learning_rate=2e-3, tfds=True)
+                           batch_size=32, learning_rate=2e-3, tfds=True, pretrained=("Whisper", 1e-5))
     p.set_defaults(patience=14)  # the cosine schedule runs to 0: stop early only after that many bad epochs
     p.add_argument("--train-utterances", type=common.positive_int, default=3000,
                    help="training utterances built per run (each of 1-7 digits)")
@@ -125,6 +138,21 @@ def edit_distance(reference, hypothesis):
     return row[-1]
 
 
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+SPOKEN = {**{word: str(i) for i, word in enumerate(DIGIT_WORDS)}, "oh": "0"}
+
+
+def as_words(digits):
+    """A digit string -> the transcript a Whisper checkpoint is fine-tuned on: `"407"` -> `"four zero seven"`."""
+    return " ".join(DIGIT_WORDS[int(d)] for d in digits)
+
+
+def as_digits(text):
+    """A transcript -> the digits it names (digit words, "oh", numerals; anything else dropped)."""
+    return "".join(SPOKEN.get(token, token if token.isdigit() else "")
+                   for token in re.findall(r"[a-z]+|[0-9]", text.lower()))
+
+
 def scores(model, audio, texts, prefix):
     """`{prefix}digit_error_rate`, `{prefix}utterance_accuracy` of `model.transcribe` on `(audio, texts)`."""
     hypotheses = transcribe_sorted(model, audio)
@@ -137,15 +165,25 @@ def transcribe_sorted(model, audio, batch_size=32):
     """`model.transcribe(audio)` with recordings of similar length batched together (less padding)."""
     order = np.argsort([len(a) for a in audio])
     out = [None] * len(audio)
+    from kformer.data.spoken_digits import SAMPLE_RATE
+
+    whisper = isinstance(model, models.SpeechToText)
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        for i, text in zip(rows, model.transcribe([audio[i] for i in rows], batch_size=batch_size)):
+        if whisper:  # 8 kHz recordings, resampled by its preprocessor; the digits its words name
+            texts = [as_digits(t) for t in model.transcribe([(audio[i], SAMPLE_RATE) for i in rows], language="en",
+                                                            batch_size=batch_size)]
+        else:
+            texts = model.transcribe([audio[i] for i in rows], batch_size=batch_size)
+        for i, text in zip(rows, texts):
             out[i] = text
     return out
 
 
 def train(args, name, work_dir, train_data, val_data, scope):
-    """Build, compile and fit a recognizer; returns `(model, seconds)`."""
+    """Build (or load, `--from-pretrained`), compile and fit a recognizer; returns `(model, seconds)`."""
+    if args.from_pretrained is not None:
+        return fine_tune(args, work_dir, train_data, val_data, scope)
     from kformer.data.preprocessors import AudioPreprocessor
 
     preset = models.get_preset(args.preset)
@@ -162,6 +200,35 @@ def train(args, name, work_dir, train_data, val_data, scope):
                       jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
+    common.quantize(args, model)
+    return model, time.time() - start
+
+
+def fine_tune(args, work_dir, train_data, val_data, scope):
+    """`--from-pretrained`: the Whisper checkpoint fine-tuned on the utterances' digit words; `(model, seconds)`."""
+    from kformer.data.spoken_digits import SAMPLE_RATE
+    from kformer.training.losses import SparseCrossEntropy
+
+    with scope:
+        model, checkpoint = common.load_pretrained(args.from_pretrained)
+    if checkpoint.get("model_type") != "whisper" or model.preprocessor is None:
+        common.fail(f"--from-pretrained {args.from_pretrained} is a {checkpoint.get('model_type')!r} checkpoint"
+                    f"{' without a tokenizer' if model.preprocessor is None else ''}; the speech recipe fine-tunes "
+                    "Whisper checkpoints with their tokenizer")
+    if args.lora_rank:
+        model.enable_lora(args.lora_rank, target_names=args.lora_targets)
+
+    def data(split, shuffle):
+        audio, digits = split
+        return model.preprocessor.dataset([(a, SAMPLE_RATE) for a in audio], [as_words(d) for d in digits],
+                                          batch_size=args.batch_size, shuffle=shuffle, seed=args.seed, language="en")
+    steps = args.epochs * -(-len(train_data[1]) // args.batch_size)
+    with scope:
+        model.compile(common.accumulated(args, models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay,
+                                                            global_clipnorm=args.clip_norm or None)),
+                      SparseCrossEntropy(reduction="mean_with_sample_weight"), jit_compile=args.jit_compile)
+    start = time.time()
+    common.fit(model, data(train_data, True), data(val_data, False), args, args.epochs, work_dir, "val_loss")
     common.quantize(args, model)
     return model, time.time() - start
 
@@ -214,9 +281,12 @@ def version_writer(model, args, *, name, config, metrics, card, log, example):
         common.write_json(tmp_dir / "config.json", config)
         common.write_json(tmp_dir / "metrics.json", metrics)
         figures = {}
+        ctc = not isinstance(model, models.SpeechToText)  # the spectrogram and attention figures read CTC outputs
         if not args.no_plots:
-            figures = plots.write(tmp_dir, log=log, attention=lambda: plot_attention(model, example[0]))
-            if _has_matplotlib() and plots._save(lambda: plot_spectrogram(model, *example), tmp_dir / SPECTROGRAM):
+            figures = plots.write(tmp_dir, log=log, attention=(lambda: plot_attention(model, example[0])) if ctc
+                                  else None)
+            if ctc and _has_matplotlib() and plots._save(lambda: plot_spectrogram(model, *example),
+                                                         tmp_dir / SPECTROGRAM):
                 figures[SPECTROGRAM] = "log-mel features of a test utterance and where each digit is emitted"
         model_card.write_for_run(tmp_dir, model=model, name=name, args=args, config=config, metrics=metrics,
                                  figures=figures, **card)
@@ -235,7 +305,8 @@ def _has_matplotlib():
 def main(argv=None):
     args = parse_args(argv)
     scope = common.setup(args)
-    name = f"{args.preset}_fsdd"
+    source = args.from_pretrained
+    name = f"{common.pretrained_name(source) if source else args.preset}_fsdd"
     work_dir = common.training_dir(args, name)
     (train_recordings, val_recordings, test_recordings), (train_data, val_data, test_data) = splits(args)
     print(f"utterances: {len(train_data[1])} train, {len(val_data[1])} validation, {len(test_data[1])} test "
@@ -244,7 +315,8 @@ def main(argv=None):
     metrics, hypotheses = scores(model, *test_data, "test_")
     metrics.update({"test_examples": len(test_data[1]), "test_digit_examples": sum(map(len, test_data[1])),
                     "train_examples": len(train_data[1]), "validation_examples": len(val_data[1]),
-                    "epochs": args.epochs, "train_seconds": round(seconds, 1), "backend": keras.backend.backend()})
+                    "epochs": args.epochs, "train_seconds": round(seconds, 1), "backend": keras.backend.backend(),
+                    **({"learning_rate": args.learning_rate, "from_pretrained": source} if source else {})})
     isolated = test_recordings[:args.max_examples or None]  # one digit each, as published: no silence added
     isolated_scores, _ = scores(model, [r.waveform for r in isolated], [r.digit for r in isolated], "ood_isolated_")
     metrics.update({**isolated_scores, "isolated_examples": len(isolated)})
@@ -267,9 +339,14 @@ def main(argv=None):
                 f"second model trained the same way without that speaker")
         ood.update({f"ood_speaker_{k}": what for k in ("digit_error_rate", "utterance_accuracy")})
     metrics["samples"] = [{"reference": r, "transcript": h} for r, h in list(zip(test_data[1], hypotheses))[:8]]
-    config = {"preset": args.preset, **models.get_preset(args.preset), "vocabulary": model.vocabulary,
-              "preprocessor": model.preprocessor.get_config(), "dataset": "fsdd", "ood_speaker": args.ood_speaker}
-    card = dict(recipe="train_speech", dataset="fsdd", limits=LIMITS, ood=ood)
+    if source:
+        config = {"from_pretrained": source, "model_type": "whisper", "transcripts": "digits as English words",
+                  "dataset": "fsdd", "ood_speaker": args.ood_speaker}
+    else:
+        config = {"preset": args.preset, **models.get_preset(args.preset), "vocabulary": model.vocabulary,
+                  "preprocessor": model.preprocessor.get_config(), "dataset": "fsdd", "ood_speaker": args.ood_speaker}
+    limits = [WHISPER_RATE_LIMIT if source and line == RATE_LIMIT else line for line in LIMITS]
+    card = dict(recipe="train_speech", dataset="fsdd", limits=limits, ood=ood)
     example = (test_data[0][0], test_data[1][0])
     run_dir = common.finish(args, name, work_dir, version_writer(
         model, args, name=name, config=config, metrics=metrics, card=card, log=work_dir / "training_log.csv",

@@ -13,6 +13,9 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     - JAX on a CPU: `per_head_attention` (XLA:CPU ran it faster than one
       fused op; it also serves float16, whose fused attention XLA:CPU does
       not compile), with attention dropout in training.
+    - TensorFlow on a CPU, at least `LONG` query x key positions (known when
+      traced): `per_head_attention` (a Whisper encoder's 1,500 frames: XLA:CPU
+      ran the fused op slower than the heads' blocks).
     - TensorFlow on a CPU, one query (a decoding step), without attention
       dropout in training: `one_query_attention` (XLA:CPU copied the cached
       keys and values into the layouts of the fused op's two matrix
@@ -42,6 +45,8 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     backend, dtype = keras.backend.backend(), keras.backend.standardize_dtype(q.dtype)
     if backend == "jax" and _first_device_is_cpu():
         return per_head_attention(q, k, v, mask, scale, dropout, training)
+    if backend == "tensorflow" and _long(q, k) and _first_device_is_cpu():
+        return per_head_attention(q, k, v, mask, scale, dropout, training)
     if training and dropout.rate:
         return None
     if backend == "tensorflow" and q.shape[1] == 1 and _first_device_is_cpu():
@@ -53,6 +58,10 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     return ops.dot_product_attention(q, k, v, mask=None if mask is None else mask[:, None], scale=scale)
 
 
+QUERY_BLOCK = 512  # queries a block in `per_head_attention`: a block's scores stay in the CPU's caches
+LONG = 1024 * 1024  # query x key positions from which a TensorFlow CPU attends per head (`fast_attention`)
+
+
 def per_head_attention(q, k, v, mask, scale, dropout, training):
     """The explicit path one head at a time, the softmax normalized after the values are summed.
 
@@ -60,7 +69,9 @@ def per_head_attention(q, k, v, mask, scale, dropout, training):
     `(q_len, k_len)`. The row maximum, a shift that cancels, is held out of the
     gradient; the row sum is at least 1 (the maximum's own term) unless there
     are no keys, whose output stays 0. Dropout drops unnormalized weights,
-    which is dropping probabilities (`dropout` None: none).
+    which is dropping probabilities (`dropout` None: none). More than
+    `QUERY_BLOCK` queries (a length known when traced) attend `QUERY_BLOCK` at
+    a time: each query's row is computed alone either way.
 
     Example:
 
@@ -72,17 +83,27 @@ def per_head_attention(q, k, v, mask, scale, dropout, training):
     from kformer.layers import masks  # here, not on import: `kformer.layers` imports this module
 
     q = ops.multiply(q, ops.cast(scale, q.dtype))
-    outputs = []
-    for head in range(q.shape[2]):
-        scores = masks.mask_scores(ops.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, head]), mask)
+    length = q.shape[1]
+    starts = range(0, length, QUERY_BLOCK) if isinstance(length, int) and length > QUERY_BLOCK else [None]
+
+    def attend(q, k, v, mask):
+        scores = masks.mask_scores(ops.einsum("bqd,bkd->bqk", q, k), mask)
         row_max = ops.max(scores, axis=-1, keepdims=True, initial=-float("inf"))  # no keys: -inf
         weights = ops.exp(scores - ops.stop_gradient(row_max))
         total = ops.maximum(ops.sum(weights, axis=-1, keepdims=True), 1.0)
         weights = ops.cast(weights, v.dtype)
         if dropout is not None:
             weights = dropout(weights, training=training)
-        summed = ops.cast(ops.einsum("bqk,bkd->bqd", weights, v[:, :, head]), "float32")
-        outputs.append(ops.cast(summed / total, v.dtype))
+        return ops.cast(ops.cast(ops.einsum("bqk,bkd->bqd", weights, v), "float32") / total, v.dtype)
+
+    def rows(x, start):
+        return x if start is None or x is None or x.shape[1] == 1 else x[:, start:start + QUERY_BLOCK]
+
+    outputs = []
+    for head in range(q.shape[2]):
+        blocks = [attend(rows(q[:, :, head], start), k[:, :, head], v[:, :, head], rows(mask, start))
+                  for start in starts]
+        outputs.append(blocks[0] if len(blocks) == 1 else ops.concatenate(blocks, axis=1))
     return ops.stack(outputs, axis=2)
 
 
@@ -104,6 +125,11 @@ def one_query_attention(q, k, v, mask, scale):
     scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)  # (batch, k_len, heads, 1)
     probs = ops.softmax(masks.mask_scores(scores, None if mask is None else mask[:, 0, :, None, None]), axis=1)
     return ops.cast(ops.sum(ops.multiply(probs, values), axis=1, keepdims=True), v.dtype)
+
+
+def _long(q, k):
+    """Whether `q_len * k_len` is known and at least `LONG` (a Whisper encoder's 1,500 x 1,500)."""
+    return isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] * k.shape[1] >= LONG
 
 
 @functools.cache

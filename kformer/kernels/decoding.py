@@ -68,7 +68,7 @@ class PlainDecoder:
     def __init__(self, task, context, length):
         self.embedding, self.blocks, self.norm, projection = task.decoder_parts()
         self.weights = [_block_weights(block) for block in self.blocks]
-        self.cross = context.get("cross_attention_cache")
+        self.cross = _cross_layout(context.get("cross_attention_cache"))
         self.cross_mask = _source_mask(context.get("source_mask"))
         limit = self.embedding.sequence_length if self.embedding.position == "learned" else None
         # Sinusoids computed inside TensorFlow's XLA loop were fused into the next projections and
@@ -88,7 +88,7 @@ class PlainDecoder:
         repeated = object.__new__(PlainDecoder)
         repeated.__dict__.update(self.__dict__)
         if self.cross is not None:
-            repeated.cross = tuple(ops.repeat(cache, beams, axis=0) for cache in self.cross)
+            repeated.cross = tuple(tuple(ops.repeat(t, beams, axis=0) for t in pair) for pair in self.cross)
         if self.cross_mask is not None:
             repeated.cross_mask = ops.repeat(self.cross_mask, beams, axis=0)
         return repeated
@@ -148,12 +148,28 @@ def _self_attention(attention, weights, x, cache, index):
     return linear(_reshape(output, (-1, 1, heads * attention.value_dim)), *weights["output"]), cache
 
 
-def _cross_attention(attention, weights, x, cross_cache, mask):
-    """One query over precomputed cross-attention keys and values: `(batch, 1, dim)`."""
+def _cross_layout(caches):
+    """Each block's cross-attention cache `(batch, 2, src_len, heads, dim)` -> `(keys, values)` laid out once
+    a decoding call for `_one_query`: on torch keys `(batch, heads, dim, src_len)` and values `(batch, heads,
+    src_len, dim)`, contiguous (their permuted views were copied at every step: most of a Whisper step);
+    elsewhere `(batch, src_len, heads, dim)` each. None stays None."""
+    if caches is None:
+        return None
+    if keras.backend.backend() == "torch":
+        return tuple((c[:, 0].permute(0, 2, 3, 1).contiguous(), c[:, 1].transpose(1, 2).contiguous())
+                     for c in caches)
+    return tuple((c[:, 0], c[:, 1]) for c in caches)
+
+
+def _cross_attention(attention, weights, x, cross, mask):
+    """One query over precomputed cross-attention keys and values (`_cross_layout`): `(batch, 1, dim)`."""
     q = _reshape(linear(x, *weights["query"]), (-1, 1, attention.num_heads, attention.key_dim))
     if attention.rotary is not None:
         q = attention.rotary.call(q)
-    output = _one_query(q, cross_cache[:, 0], cross_cache[:, 1], mask, attention.score_scale)
+    if keras.backend.backend() == "torch":
+        output = _torch_one_query(q, *cross, mask, attention.score_scale)
+    else:
+        output = _one_query(q, *cross, mask, attention.score_scale)
     return linear(_reshape(output, (-1, 1, attention.num_heads * attention.value_dim)), *weights["output"])
 
 
@@ -164,12 +180,18 @@ def _one_query(q, k, v, mask, scale):
         return v
     if keras.backend.backend() == "jax":  # as the layer attends on a JAX CPU (faster there than the sums below)
         return per_head_attention(q, k, v, mask, scale, None, False)
-    if keras.backend.backend() == "torch":  # the tensors' own matmuls: no `keras.ops` dispatch a call
-        scores = (q.transpose(1, 2) * scale) @ k.permute(0, 2, 3, 1)  # (batch, heads, 1, k_len)
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None], masks.MASKED_SCORE)
-        return (scores.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2)
+    if keras.backend.backend() == "torch":
+        return _torch_one_query(q, k.permute(0, 2, 3, 1), v.transpose(1, 2), mask, scale)
     return one_query_attention(q, k, v, mask, scale)
+
+
+def _torch_one_query(q, keys, values, mask, scale):
+    """`_one_query` on torch with the tensors' own matmuls (no `keras.ops` dispatch a call): keys `(batch,
+    heads, dim, k_len)`, values `(batch, heads, k_len, dim)`."""
+    scores = (q.transpose(1, 2) * scale) @ keys  # (batch, heads, 1, k_len)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None], masks.MASKED_SCORE)
+    return (scores.softmax(-1) @ values).transpose(1, 2)
 
 
 def _reshape(x, shape):

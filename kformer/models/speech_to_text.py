@@ -31,7 +31,9 @@ class SpeechToText(EncoderDecoderTask, Task):
     served graph compute them the same way. With a preprocessor
     (`kformer.data.whisper.WhisperPreprocessor`: WAV files, WAV bytes or
     waveforms at any rate, resampled and padded to its window),
-    `transcribe(audio)` maps recordings to text.
+    `transcribe(audio)` maps recordings to text and `fit(audio,
+    transcripts)` fine-tunes (teacher forcing after the forced prompt; see
+    `WhisperPreprocessor.dataset`).
 
     Args:
         vocabulary_size: int. Output vocabulary (special tokens included).

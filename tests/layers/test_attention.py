@@ -191,6 +191,29 @@ def test_fast_attention_gives_the_explicit_numbers(monkeypatch, dtype):
     assert len(calls) == 4 and all(c is not None for c in calls)
 
 
+def test_long_sequences_attend_in_query_blocks_with_the_explicit_numbers():
+    """Past `QUERY_BLOCK` queries, `per_head_attention` attends a block of queries at a time (and a TensorFlow
+    CPU attends per head from `LONG` positions): the explicit path's numbers, with padded keys and a mask."""
+    from kformer.kernels import attention as kernel
+
+    length = 2 * kernel.QUERY_BLOCK + 9  # three blocks, the last short; length**2 >= LONG
+    assert length * length >= kernel.LONG
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, length, 8)).astype("float32")
+    padding = np.ones((2, length), bool)
+    padding[1, -40:] = False
+    mask = rng.random((2, length, length)) > 0.2
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    got = layer(x, x, value_mask=padding, attention_mask=mask)
+    reference = layer(x, x, value_mask=padding, attention_mask=mask, return_attention_scores=True)[0]
+    np.testing.assert_allclose(to_numpy(got), to_numpy(reference), atol=1e-5)
+    q = ops.convert_to_tensor(x.reshape(2, length, 2, 4))
+    blocks = kernel.per_head_attention(q, q, q, ops.convert_to_tensor(mask), 0.5, None, False)
+    whole = kernel.per_head_attention(q[:, :kernel.QUERY_BLOCK], q, q,
+                                         ops.convert_to_tensor(mask[:, :kernel.QUERY_BLOCK]), 0.5, None, False)
+    np.testing.assert_allclose(to_numpy(blocks)[:, :kernel.QUERY_BLOCK], to_numpy(whole), atol=1e-6)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "torch", reason="a torch CPU's bfloat16 attention backward")
 def test_bfloat16_training_on_a_torch_cpu_takes_the_explicit_path():
     layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype="mixed_bfloat16")

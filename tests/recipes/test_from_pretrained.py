@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from kformer import models  # noqa: E402
-from recipes import common, lock, train_imdb, train_translator, train_vit  # noqa: E402
+from recipes import common, lock, train_imdb, train_speech, train_translator, train_vit  # noqa: E402
 
 TEXTS = ["A wonderful, moving film.", "Dull, DULL and far too long!", "Café scenes, <br />great actors."]
 RUN = ["--epochs=1", "--max-examples=64", "--batch-size=16", "--no-plots", "--verbose=2"]
@@ -236,3 +236,33 @@ def test_translator_fine_tunes_marian_and_serves_source_ids(tmp_path):
     ids = model.preprocessor.encode(["How are you?"])["encoder_token_ids"]
     answer = served["serving_default"](source_ids=tf.constant(ids[:, :8]))
     assert answer["translation"].shape == (1,) and answer["translation_ids"].shape[0] == 1
+
+
+@pytest.mark.only_backend("torch")  # a tiny recipe run once (torch ran it fastest); the export goes through TensorFlow
+def test_speech_fine_tunes_whisper_on_digit_words(tmp_path):
+    """A Whisper checkpoint fine-tuned on FSDD digit strings spoken as words: the loss falls, the digit error
+    rates (test, isolated recordings) are scored from the digits its transcripts name, and the version
+    reloads and serves WAV bytes."""
+    import tensorflow as tf
+
+    from tests.whisper_checkpoint import make_whisper_checkpoint
+
+    assert train_speech.as_words("407") == "four zero seven"
+    assert train_speech.as_digits(" Four, oh 7 and nine!") == "4079"
+    folder = tmp_path / "tiny-whisper"
+    folder.mkdir()
+    make_whisper_checkpoint(folder)
+    run_dir = train_speech.main(["--epochs=2", "--max-examples=12", "--train-utterances=12", "--batch-size=6",
+                                 "--test-passes=1", "--ood-speaker=none", "--verbose=2", "--learning-rate=1e-3",
+                                 f"--from-pretrained={folder}", f"--output-dir={tmp_path / 'out'}"])
+    assert run_dir == tmp_path / "out" / "tiny-whisper_fsdd" / "1"
+    metrics, config = _card_and_metrics(run_dir, folder)
+    assert config["model_type"] == "whisper" and metrics["test_digit_error_rate"] >= 0.0
+    assert "ood_isolated_digit_error_rate" in metrics and (run_dir / "curves.png").is_file()
+    with (run_dir / "training_log.csv").open(newline="") as f:
+        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+    assert len(losses) == 2 and losses[1] < losses[0], losses
+    model = models.load(run_dir)
+    wav = (pathlib.Path(__file__).parents[2] / "data" / "fsdd" / "recordings" / "3_theo_0.wav").read_bytes()
+    served = tf.saved_model.load(str(run_dir)).signatures["serving_default"](wav_bytes=tf.constant([wav]))
+    assert [t.decode("utf-8") for t in served["transcript"].numpy()] == model.transcribe([wav], language="en")
