@@ -13,9 +13,6 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     - JAX on a CPU: `per_head_attention` (XLA:CPU ran it faster than one
       fused op; it also serves float16, whose fused attention XLA:CPU does
       not compile), with attention dropout in training.
-    - TensorFlow on a CPU, at least `LONG` query x key positions (known when
-      traced): `per_head_attention` (a Whisper encoder's 1,500 frames: XLA:CPU
-      ran the fused op slower than the heads' blocks).
     - TensorFlow on a CPU, one query (a decoding step), without attention
       dropout in training: `one_query_attention` (XLA:CPU copied the cached
       keys and values into the layouts of the fused op's two matrix
@@ -45,8 +42,6 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
     backend, dtype = keras.backend.backend(), keras.backend.standardize_dtype(q.dtype)
     if backend == "jax" and _first_device_is_cpu():
         return per_head_attention(q, k, v, mask, scale, dropout, training)
-    if backend == "tensorflow" and _long(q, k) and _first_device_is_cpu():
-        return per_head_attention(q, k, v, mask, scale, dropout, training)
     if training and dropout.rate:
         return None
     if backend == "tensorflow" and q.shape[1] == 1 and _first_device_is_cpu():
@@ -59,7 +54,6 @@ def fast_attention(q, k, v, mask, scale, training, dropout):
 
 
 QUERY_BLOCK = 512  # queries a block in `per_head_attention`: a block's scores stay in the CPU's caches
-LONG = 1024 * 1024  # query x key positions from which a TensorFlow CPU attends per head (`fast_attention`)
 
 
 def per_head_attention(q, k, v, mask, scale, dropout, training):
@@ -125,11 +119,6 @@ def one_query_attention(q, k, v, mask, scale):
     scores = ops.sum(ops.multiply(ops.multiply(q, scale), k), axis=-1, keepdims=True)  # (batch, k_len, heads, 1)
     probs = ops.softmax(masks.mask_scores(scores, None if mask is None else mask[:, 0, :, None, None]), axis=1)
     return ops.cast(ops.sum(ops.multiply(probs, values), axis=1, keepdims=True), v.dtype)
-
-
-def _long(q, k):
-    """Whether `q_len * k_len` is known and at least `LONG` (a Whisper encoder's 1,500 x 1,500)."""
-    return isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] * k.shape[1] >= LONG
 
 
 @functools.cache

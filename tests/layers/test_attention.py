@@ -192,12 +192,11 @@ def test_fast_attention_gives_the_explicit_numbers(monkeypatch, dtype):
 
 
 def test_long_sequences_attend_in_query_blocks_with_the_explicit_numbers():
-    """Past `QUERY_BLOCK` queries, `per_head_attention` attends a block of queries at a time (and a TensorFlow
-    CPU attends per head from `LONG` positions): the explicit path's numbers, with padded keys and a mask."""
+    """Past `QUERY_BLOCK` queries, `per_head_attention` (a JAX CPU's path) attends a block of queries at a time:
+    the explicit path's numbers, with padded keys and a mask."""
     from kformer.kernels import attention as kernel
 
-    length = 2 * kernel.QUERY_BLOCK + 9  # three blocks, the last short; length**2 >= LONG
-    assert length * length >= kernel.LONG
+    length = 2 * kernel.QUERY_BLOCK + 9  # three blocks, the last short
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, length, 8)).astype("float32")
     padding = np.ones((2, length), bool)
