@@ -18,17 +18,13 @@ Appends one row per backend, batch size and strategy to benchmarks/results/maria
 """
 
 import argparse
-import json
-import os
 import pathlib
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import provenance  # noqa: E402
+from backend_runs import report, run_worker, timed  # noqa: E402
 
 SIZES = {"base": dict(d_model=512, layers=6, heads=8, ffn=2048, vocab=58101),
          "tiny": dict(d_model=64, layers=2, heads=4, ffn=128, vocab=1000)}
@@ -82,16 +78,6 @@ def sources(batch, vocab):
     return ids
 
 
-def timed(call, repeats):
-    call()  # warm-up: compiles
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
-
-
 def worker(args):
     """One backend: kformer's seconds for every (batch, strategy), as JSON on stdout."""
     from kformer.models.pretrained import from_pretrained
@@ -105,7 +91,7 @@ def worker(args):
             out[f"{batch},{strategy}"] = timed(lambda: model.generate(
                 ids, max_length=args.new_tokens, strategy=strategy, num_beams=4, start_token_id=model.padding_id,
                 end_token_id=0), args.repeats)
-    print("RESULT " + json.dumps(out))
+    report(out)
 
 
 def transformers_seconds(model, args):
@@ -135,15 +121,9 @@ def main(argv=None):
         theirs = transformers_seconds(reference, args)
         rows = []
         for backend in args.backends.split(","):
-            command = [sys.executable, "-m", "benchmarks.marian_decode", "--worker", folder,
-                       "--batch-sizes", args.batch_sizes, "--strategies", args.strategies,
-                       "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
-            done = subprocess.run(command, capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1],
-                                  env={**os.environ, "KERAS_BACKEND": backend})
-            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-            if done.returncode or not lines:
-                raise SystemExit(f"{backend} worker failed:\n{done.stderr[-3000:]}")
-            mine = json.loads(lines[-1][len("RESULT "):])
+            mine = run_worker("benchmarks.marian_decode", backend, [
+                "--worker", folder, "--batch-sizes", args.batch_sizes, "--strategies", args.strategies,
+                "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)])
             for key, seconds in mine.items():
                 batch, strategy = key.split(",")
                 ratio = theirs[key] / seconds

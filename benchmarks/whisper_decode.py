@@ -19,17 +19,13 @@ the command, commit, date and machine.
 """
 
 import argparse
-import json
-import os
 import pathlib
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import provenance  # noqa: E402
+from backend_runs import report, run_worker, timed  # noqa: E402
 
 SIZES = {"tiny-published": dict(d_model=384, layers=4, heads=6, ffn=1536, vocab=51865),
          "tiny": dict(d_model=64, layers=2, heads=4, ffn=128, vocab=1000)}
@@ -86,16 +82,6 @@ def waveforms(batch):
     return np.clip(audio, -1.0, 1.0)
 
 
-def timed(call, repeats):
-    call()  # warm-up: compiles
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
-
-
 def worker(args):
     """One backend: kformer's seconds for every batch size, as JSON on stdout."""
     import numpy as np
@@ -112,7 +98,7 @@ def worker(args):
     for batch in map(int, args.batch_sizes.split(",")):
         audio = np.pad(waveforms(batch), [(0, 0), (0, WINDOW - int(SECONDS * RATE))])  # the preprocessor's window
         out[str(batch)] = timed(lambda: model.generate(audio, config), args.repeats)
-    print("RESULT " + json.dumps(out))
+    report(out)
 
 
 def transformers_seconds(model, args):
@@ -145,15 +131,9 @@ def main(argv=None):
         theirs = transformers_seconds(reference, args)
         rows = []
         for backend in args.backends.split(","):
-            command = [sys.executable, "-m", "benchmarks.whisper_decode", "--worker", folder,
-                       "--batch-sizes", args.batch_sizes, "--new-tokens", str(args.new_tokens),
-                       "--repeats", str(args.repeats)]
-            done = subprocess.run(command, capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1],
-                                  env={**os.environ, "KERAS_BACKEND": backend})
-            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-            if done.returncode or not lines:
-                raise SystemExit(f"{backend} worker failed:\n{done.stderr[-3000:]}")
-            mine = json.loads(lines[-1][len("RESULT "):])
+            mine = run_worker("benchmarks.whisper_decode", backend, [
+                "--worker", folder, "--batch-sizes", args.batch_sizes, "--new-tokens", str(args.new_tokens),
+                "--repeats", str(args.repeats)])
             for batch, seconds in mine.items():
                 ratio = theirs[batch] / seconds
                 rows.append((backend, [args.size, int(batch), SECONDS, args.new_tokens, round(seconds, 3),
