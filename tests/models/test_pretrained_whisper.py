@@ -186,3 +186,31 @@ def test_export_serves_wav_bytes_as_transcribe_does(model, tmp_path):
                                                                 sampler=BeamSampler(num_beams=4))
     with pytest.raises(tf.errors.InvalidArgumentError, match="not a WAV file"):
         served["serving_default"](wav_bytes=tf.constant([b"not a wav file at all"]))
+
+
+@pytest.mark.once("save_pretrained writes numpy arrays and JSON files, which transformers reads on torch")
+def test_save_pretrained_opens_in_transformers_with_the_same_logits_and_text(checkpoint, model, audio, tmp_path):
+    folder = model.save_pretrained(tmp_path / "saved")
+    reference = transformers.WhisperForConditionalGeneration.from_pretrained(folder).eval()
+    processor = transformers.WhisperProcessor.from_pretrained(folder)
+    texts = ["one two three", "Hello world, this is speech!", "naïve café 😀"]
+    assert [processor.tokenizer(t, add_special_tokens=False).input_ids for t in texts] == \
+        model.preprocessor.tokenize(texts).to_list()
+    rows = audio[:3]
+    features = processor.feature_extractor(list(rows), sampling_rate=16000, return_tensors="pt").input_features
+    decoder = np.array([[401, 402, 406, 410, 30, 31]] * 3, "int32")
+    with torch.no_grad():
+        logits = reference(input_features=features, decoder_input_ids=torch.tensor(decoder, dtype=torch.long)).logits
+        expected = reference.generate(features, language="en", task="transcribe").numpy()
+    got = keras.ops.convert_to_numpy(model.predict_on_batch({"audio": rows, "decoder_token_ids": decoder}))
+    assert np.abs(got - logits.numpy()).max() < TOLERANCE
+    assert processor.batch_decode(expected, skip_special_tokens=True) == model.preprocessor.detokenize(
+        model.generate(rows))
+    again = from_pretrained(folder)  # vocab.json, merges.txt and added_tokens.json this time
+    assert again.generation_config == model.generation_config
+    assert np.array_equal(again.generate(rows), model.generate(rows))
+    with pytest.raises(ValueError, match="nothing was written|Nothing was written"):
+        models.SpeechToText(vocabulary_size=50, hidden_dim=16, num_heads=2, intermediate_dim=32, num_encoder_layers=1,
+                            num_decoder_layers=1, max_source_positions=50, hop_length=80).save_pretrained(
+            tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()

@@ -94,7 +94,7 @@ def save(task, folder, overwrite=False, adapter_only=False):
     `config.json`, `model.safetensors` and the tokenizer (or image processor) files of the
     family: BERT (`BertBackbone`, `BertPretrainer`, `BertTextClassifier`), GPT-2 (`CausalLM`; GPT-Neo
     when it has no query, key and value biases, `use_qkv_bias=False`), ViT (`ViTImageClassifier`) or
-    Marian (a `Translator` loaded from one, or built with its options). The folder is written atomically (a temporary sibling folder, then
+    Marian (a `Translator` loaded from one, or built with its options) or Whisper (`SpeechToText`). The folder is written atomically (a temporary sibling folder, then
     a rename). A model the family cannot represent exactly is a ValueError naming the attribute,
     raised before anything is written.
 
@@ -128,6 +128,7 @@ def family_of(task):
     """The family module that writes `task`: its `save`, and `table(task)`, the tensor table `save` writes."""
     from kformer.models.bert import BertBackbone, BertPretrainer, BertTextClassifier
     from kformer.models.gpt import CausalLM
+    from kformer.models.speech_to_text import SpeechToText
     from kformer.models.translator import Translator
     from kformer.models.vit import ViTImageClassifier
 
@@ -141,9 +142,12 @@ def family_of(task):
         from kformer.models.pretrained import vit as family
     elif isinstance(task, Translator):
         from kformer.models.pretrained import marian as family
+    elif isinstance(task, SpeechToText):
+        from kformer.models.pretrained import whisper as family
     else:
         raise ValueError(f"{type(task).__name__} has no Hugging Face family kformer writes (supported: BertBackbone, "
-                         "BertPretrainer, BertTextClassifier, CausalLM, Translator (Marian), ViTImageClassifier); "
+                         "BertPretrainer, BertTextClassifier, CausalLM, SpeechToText (Whisper), Translator (Marian), "
+                         "ViTImageClassifier); "
                          "nothing was written.")
     return family
 

@@ -158,3 +158,81 @@ def load(folder, config, task=None, **kwargs):
                          "Whisper ties them; it was not loaded.")
     assign_all(pairs)
     return model
+
+
+def save(task, folder, overwrite=False):
+    """Write a `SpeechToText` as a Hugging Face Whisper folder (`WhisperForConditionalGeneration`) that
+    transformers opens with the same logits.
+
+    `config.json`, `model.safetensors` (the key projections without their bias, which is zero: outputs
+    do not depend on it), `generation_config.json` (the forced prompt's tokens, suppressions and length)
+    and, with a `WhisperPreprocessor`, `vocab.json`, `merges.txt`, `added_tokens.json`,
+    `tokenizer_config.json` and `preprocessor_config.json`. What Whisper cannot represent (another
+    spectrogram than its 400-point FFT every 160 samples at 16 kHz, an activation transformers does not
+    name) is a ValueError naming the attribute, raised before anything is written.
+
+    Args:
+        task: the `SpeechToText`.
+        folder: the folder to write (atomically).
+        overwrite: bool. Replace a non-empty `folder`. Defaults to `False`.
+
+    Returns:
+        `pathlib.Path(folder)`.
+    """
+    import json
+
+    from kformer.models.pretrained.common import refuse, to_hf, write_folder, write_json
+
+    for attribute, value in (("sample_rate", 16000), ("fft_length", 400), ("hop_length", 160)):
+        if getattr(task, attribute) != value:
+            raise refuse(task, attribute, getattr(task, attribute), f"Whisper's feature extractor uses {value}")
+    names = {"gelu": "gelu", "relu": "relu", "silu": "silu"}
+    if not isinstance(task.activation, str) or task.activation not in names:
+        raise refuse(task, "activation", task.activation, f"Whisper computes one of {sorted(names)}")
+    preprocessor = task.preprocessor
+    if preprocessor is not None and type(preprocessor).__name__ != "WhisperPreprocessor":
+        raise refuse(task, "preprocessor", type(preprocessor).__name__, "transformers' Whisper tokenizer and feature "
+                     "extractor are kformer.data.whisper.WhisperPreprocessor's; set it to None to save the weights alone")
+    generation = task.generation_config
+    end = generation.stop_token_ids[0] if generation.stop_token_ids else task.vocabulary_size - 1
+    start = generation.start_token_id if generation.start_token_id is not None else end
+    config = {"model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"],
+              "vocab_size": task.vocabulary_size, "num_mel_bins": task.num_mel_bins, "d_model": task.hidden_dim,
+              "encoder_layers": task.num_encoder_layers, "decoder_layers": task.num_decoder_layers,
+              "encoder_attention_heads": task.num_heads, "decoder_attention_heads": task.num_heads,
+              "encoder_ffn_dim": task.intermediate_dim, "decoder_ffn_dim": task.intermediate_dim,
+              "max_source_positions": task.max_source_positions, "max_target_positions": task.max_target_positions,
+              "activation_function": names[task.activation], "dropout": float(task.dropout), "attention_dropout": 0.0,
+              "activation_dropout": 0.0, "scale_embedding": False, "tie_word_embeddings": True,
+              "pad_token_id": end, "bos_token_id": end, "eos_token_id": end, "decoder_start_token_id": start,
+              "is_encoder_decoder": True, "dtype": "float32"}
+    settings = {"decoder_start_token_id": start, "eos_token_id": end, "pad_token_id": end, "bos_token_id": end,
+                "suppress_tokens": list(generation.suppress_token_ids),
+                "begin_suppress_tokens": list(generation.begin_suppress_token_ids),
+                "max_length": max(1, (generation.max_length or task.max_target_positions - 1)
+                                  - len(generation.forced_prompt_ids))}
+    files = {"config.json": write_json(config), "model.safetensors": to_hf(table(task))}
+    if preprocessor is not None:
+        special = {preprocessor.tokens[i]: i for i in preprocessor.special_ids}
+        settings.update({"is_multilingual": bool(preprocessor.languages),
+                         "lang_to_id": {f"<|{code}|>": i for code, i in preprocessor.languages.items()},
+                         "task_to_id": dict(preprocessor.task_ids), "forced_decoder_ids": None,
+                         "max_length": preprocessor.max_new_tokens})
+        if preprocessor.no_timestamps_id is not None:
+            settings["no_timestamps_token_id"] = preprocessor.no_timestamps_id
+        pieces = {token: i for i, token in enumerate(preprocessor.tokens) if i not in preprocessor.special_ids}
+        files.update({
+            "vocab.json": json.dumps(pieces, ensure_ascii=False).encode("utf-8"),
+            "merges.txt": ("#version: 0.2\n" + "\n".join(preprocessor.merges) + "\n").encode("utf-8"),
+            "added_tokens.json": json.dumps(special, ensure_ascii=False).encode("utf-8"),
+            "tokenizer_config.json": write_json({
+                "tokenizer_class": "WhisperTokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "add_prefix_space": False,
+                "model_max_length": 1024}),
+            "preprocessor_config.json": write_json({
+                "feature_extractor_type": "WhisperFeatureExtractor", "processor_class": "WhisperProcessor",
+                "feature_size": task.num_mel_bins, "sampling_rate": 16000, "hop_length": 160, "n_fft": 400,
+                "chunk_length": int(preprocessor.chunk_seconds), "n_samples": preprocessor.window,
+                "nb_max_frames": preprocessor.window // 160, "padding_value": 0.0, "return_attention_mask": False})})
+    files["generation_config.json"] = write_json(settings)
+    return write_folder(folder, files, overwrite)
