@@ -193,11 +193,17 @@ def train(args, name, work_dir, train_data, val_data, scope):
     train_ds = preprocessor.dataset(train_data[0], model.encode_transcripts(train_data[1]),
                                     batch_size=args.batch_size, shuffle=True, seed=args.seed, augment=True)
     val_ds = preprocessor.dataset(val_data[0], model.encode_transcripts(val_data[1]), batch_size=args.batch_size)
-    steps = args.epochs * -(-len(train_data[1]) // args.batch_size)
+    return compile_and_fit(args, model, train_ds, val_ds, len(train_data[1]), work_dir, scope)
+
+
+def compile_and_fit(args, model, train_ds, val_ds, examples, work_dir, scope, loss=None):
+    """AdamW over `--epochs` of `examples` (the recognizer's own CTC loss, or `loss`), fit, `--quantize`;
+    returns `(model, seconds)`."""
+    steps = args.epochs * -(-examples // args.batch_size)
     with scope:
         model.compile(common.accumulated(args, models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay,
                                                             global_clipnorm=args.clip_norm or None)),
-                      jit_compile=args.jit_compile)
+                      loss, jit_compile=args.jit_compile)
     start = time.time()
     common.fit(model, train_ds, val_ds, args, args.epochs, work_dir, "val_loss")
     common.quantize(args, model)
@@ -222,15 +228,8 @@ def fine_tune(args, work_dir, train_data, val_data, scope):
         audio, digits = split
         return model.preprocessor.dataset([(a, SAMPLE_RATE) for a in audio], [as_words(d) for d in digits],
                                           batch_size=args.batch_size, shuffle=shuffle, seed=args.seed, language="en")
-    steps = args.epochs * -(-len(train_data[1]) // args.batch_size)
-    with scope:
-        model.compile(common.accumulated(args, models.adamw(args.learning_rate, steps, weight_decay=args.weight_decay,
-                                                            global_clipnorm=args.clip_norm or None)),
-                      SparseCrossEntropy(reduction="mean_with_sample_weight"), jit_compile=args.jit_compile)
-    start = time.time()
-    common.fit(model, data(train_data, True), data(val_data, False), args, args.epochs, work_dir, "val_loss")
-    common.quantize(args, model)
-    return model, time.time() - start
+    return compile_and_fit(args, model, data(train_data, True), data(val_data, False), len(train_data[1]), work_dir,
+                           scope, loss=SparseCrossEntropy(reduction="mean_with_sample_weight"))
 
 
 def plot_spectrogram(model, audio, transcript):

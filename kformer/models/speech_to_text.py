@@ -225,7 +225,11 @@ class SpeechToText(EncoderDecoderTask, Task):
         preprocessor = self._require_preprocessor("detect_language")
         if not preprocessor.languages:
             raise ValueError("This checkpoint has no language tokens (an English-only model): nothing to detect.")
-        waveforms = preprocessor.encode(audio)["audio"]
+        return self._languages_of(preprocessor.encode(audio)["audio"])
+
+    def _languages_of(self, waveforms):
+        """`detect_language` of the preprocessor's waveforms `(batch, window)`."""
+        preprocessor = self.preprocessor
         start = np.full((len(waveforms), 1), preprocessor.start_token_id, "int32")
         logits = ops.convert_to_numpy(self.predict_on_batch({"audio": waveforms, "decoder_token_ids": start}))
         codes = list(preprocessor.languages)
@@ -259,7 +263,7 @@ class SpeechToText(EncoderDecoderTask, Task):
         single = not isinstance(audio, list)
         waveforms = preprocessor.encode(audio)["audio"]
         if language is None and preprocessor.languages:
-            languages = self.detect_language(list(waveforms))
+            languages = self._languages_of(waveforms)
         else:
             languages = [language] * len(waveforms)
         config = self._config_with(config, overrides)

@@ -134,6 +134,21 @@ def read_json(path):
     return value
 
 
+def positive_int(config, name, default=None):
+    """config.json's `name` (or `default`) as a positive int; a ValueError naming the field otherwise."""
+    value = field(config, name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"config.json: `{name}`={value!r} must be a positive int; the checkpoint was not loaded.")
+    return value
+
+
+def check_options(family, kwargs, options):
+    """A ValueError naming `from_pretrained` options the family does not take."""
+    unknown = sorted(set(kwargs) - set(options))
+    if unknown:
+        raise ValueError(f"Unknown {family} `from_pretrained` options {unknown}; expected some of {list(options)}.")
+
+
 def field(config, name, default=None, *, allowed=None, file="config.json"):
     """`config[name]` (or `default`), refused with the file, field and value unless in `allowed`."""
     value = config.get(name, default)
@@ -341,6 +356,34 @@ def linear(layer, name, inputs, outputs, bias=True):
 def norm(layer, name, width):
     """Entries of a torch LayerNorm `name` <-> Keras `LayerNormalization` `layer`."""
     return [Entry(f"{name}.weight", layer.gamma, (width,)), Entry(f"{name}.bias", layer.beta, (width,))]
+
+
+def bart_layers(model, key_bias=True):
+    """Entries of an encoder-decoder's blocks under BART's names (Marian, Whisper): `model.{encoder,decoder}.
+    layers.i.` `self_attn`, `encoder_attn` (decoder), `{q,k,v,out}_proj`, their `*_layer_norm`, `fc1`,
+    `fc2` and `final_layer_norm` <-> `model.encoder_blocks` / `decoder_blocks`. `key_bias=False`: the
+    checkpoint's key projections have no bias (Whisper's; the kformer bias stays out of the table)."""
+    e, inner = model.hidden_dim, model.intermediate_dim
+
+    def attention(layer, name):
+        return (linear(layer.query_dense, f"{name}.q_proj", e, e)
+                + linear(layer.key_dense, f"{name}.k_proj", e, e, bias=key_bias)
+                + linear(layer.value_dense, f"{name}.v_proj", e, e)
+                + linear(layer.output_dense, f"{name}.out_proj", e, e))
+
+    entries = []
+    for side, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
+        for i, block in enumerate(blocks):
+            b = f"model.{side}.layers.{i}."
+            entries += attention(block.self_attention, b + "self_attn")
+            entries += norm(block.self_attention_norm, b + "self_attn_layer_norm", e)
+            if side == "decoder":
+                entries += attention(block.cross_attention, b + "encoder_attn")
+                entries += norm(block.cross_attention_norm, b + "encoder_attn_layer_norm", e)
+            entries += linear(block.feed_forward.inner, b + "fc1", e, inner)
+            entries += linear(block.feed_forward.outer, b + "fc2", inner, e)
+            entries += norm(block.feed_forward_norm, b + "final_layer_norm", e)
+    return entries
 
 
 def to_kformer(weights, entries, file="model.safetensors"):

@@ -21,7 +21,8 @@ import re
 import numpy as np
 
 from kformer.models.gpt import CausalLM
-from kformer.models.pretrained.common import Entry, assign_all, check_sizes, field, norm, read_weights, to_kformer
+from kformer.models.pretrained.common import (Entry, assign_all, check_options, check_sizes, field, norm,
+                                              read_weights, to_kformer)
 
 ACTIVATIONS = {"gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate", "gelu": "gelu"}
 TASKS = (None, "causal_lm", "text_generation")
@@ -136,9 +137,7 @@ def load_causal_lm(folder, config, task, kwargs, *, family, model_arguments, tab
     if task not in TASKS:
         raise ValueError(f"{family} checkpoints load as one task (a causal LM). Received: task={task!r}; expected "
                          f"one of {list(TASKS)}.")
-    unknown = sorted(set(kwargs) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"Unknown {family} `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
+    check_options(family, kwargs, OPTIONS)
     args = model_arguments(config)
     weights = read_weights(folder)
     prefix = "transformer." if "transformer.wte.weight" in weights else ""

@@ -23,7 +23,7 @@ import pathlib
 
 import numpy as np
 
-from kformer.models.pretrained.common import assign_all, field, read_json, to_kformer
+from kformer.models.pretrained.common import assign_all, check_options, field, read_json, to_kformer
 
 WEIGHTS_FILE = "model.weights.h5"
 TASK_FILE, TASK_WEIGHTS_FILE = "task.json", "task.weights.h5"
@@ -211,9 +211,7 @@ def _load_gpt2(folder, args, task=None, **kwargs):
     if task not in gpt2.TASKS:
         raise ValueError(f"A GPT-2 preset loads as one task (a causal LM). Received: task={task!r}; expected one of "
                          f"{list(gpt2.TASKS)}.")
-    unknown = sorted(set(kwargs) - set(gpt2.OPTIONS))
-    if unknown:
-        raise ValueError(f"Unknown GPT-2 `from_pretrained` options {unknown}; expected some of {list(gpt2.OPTIONS)}.")
+    check_options("GPT-2", kwargs, gpt2.OPTIONS)
     _arguments(args, _GPT2_INTS, floats=("dropout",))
     if args["hidden_dim"] % args["num_heads"]:
         raise ValueError(f"config.json: `config.hidden_dim`={args['hidden_dim']} is not divisible by "

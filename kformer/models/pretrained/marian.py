@@ -28,8 +28,8 @@ import pathlib
 import numpy as np
 
 from kformer.generation.samplers import BeamSampler
-from kformer.models.pretrained.common import (Entry, assign_all, check_sizes, field, linear, norm, read_json,
-                                              read_weights, to_kformer)
+from kformer.models.pretrained.common import (Entry, assign_all, bart_layers, check_options, check_sizes, field,
+                                              positive_int, read_json, read_weights, to_kformer)
 from kformer.models.translator import Translator
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -38,13 +38,6 @@ OPTIONS = ("dropout", "name", "dtype", "preprocessor", "target_language", "seque
 EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
               "lm_head.weight")  # one table, saved under one or more of these names
 COMPUTED = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
-
-
-def _positive_int(config, name, default=None):
-    value = field(config, name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"config.json: `{name}`={value!r} must be a positive int; the checkpoint was not loaded.")
-    return value
 
 
 def _token_id(config, name, vocabulary):
@@ -57,9 +50,9 @@ def _token_id(config, name, vocabulary):
 
 def model_arguments(config):
     """config.json -> `Translator` arguments; a ValueError naming the field kformer cannot represent."""
-    vocabulary = _positive_int(config, "vocab_size")
-    width = _positive_int(config, "d_model")
-    sizes = {name: _positive_int(config, name) for name in (
+    vocabulary = positive_int(config, "vocab_size")
+    width = positive_int(config, "d_model")
+    sizes = {name: positive_int(config, name) for name in (
         "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
         "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")}
     for encoder, decoder in (("encoder_attention_heads", "decoder_attention_heads"),
@@ -95,32 +88,14 @@ def model_arguments(config):
                 activation=ACTIVATIONS[activation], padding_id=padding, sinusoid_layout="halves", output_bias=True)
 
 
-def _attention(layer, name, width):
-    return (linear(layer.query_dense, f"{name}.q_proj", width, width)
-            + linear(layer.key_dense, f"{name}.k_proj", width, width)
-            + linear(layer.value_dense, f"{name}.v_proj", width, width)
-            + linear(layer.output_dense, f"{name}.out_proj", width, width))
-
-
 def table(model, embedding_name="model.shared.weight"):
     """The `Entry` table of a Marian `Translator`: `MarianMTModel` tensor names."""
-    e, inner, vocab = model.hidden_dim, model.intermediate_dim, model.decoder_embedding.vocabulary_size
+    e, vocab = model.hidden_dim, model.decoder_embedding.vocabulary_size
     embedding = model.encoder_embedding
     entries = [Entry(embedding_name, embedding.token_embedding.embeddings, (vocab, e))]
     if embedding.logits_bias is not None:
         entries.append(Entry("final_logits_bias", embedding.logits_bias, (1, vocab)))
-    for side, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
-        for i, block in enumerate(blocks):
-            b = f"model.{side}.layers.{i}."
-            entries += _attention(block.self_attention, b + "self_attn", e)
-            entries += norm(block.self_attention_norm, b + "self_attn_layer_norm", e)
-            if side == "decoder":
-                entries += _attention(block.cross_attention, b + "encoder_attn", e)
-                entries += norm(block.cross_attention_norm, b + "encoder_attn_layer_norm", e)
-            entries += linear(block.feed_forward.inner, b + "fc1", e, inner)
-            entries += linear(block.feed_forward.outer, b + "fc2", inner, e)
-            entries += norm(block.feed_forward_norm, b + "final_layer_norm", e)
-    return entries
+    return entries + bart_layers(model)
 
 
 def read_checkpoint_weights(folder):
@@ -203,9 +178,7 @@ def load(folder, config, task=None, **kwargs):
     if task not in TASKS:
         raise ValueError(f"Marian checkpoints load as one task (translation). Received: task={task!r}; expected one "
                          f"of {list(TASKS)}.")
-    unknown = sorted(set(kwargs) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"Unknown Marian `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
+    check_options("Marian", kwargs, OPTIONS)
     args = model_arguments(config)
     weights = read_checkpoint_weights(folder)
     embedding_name, copies = _embedding_name(weights)

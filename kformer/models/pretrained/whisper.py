@@ -22,8 +22,8 @@ import pathlib
 
 import numpy as np
 
-from kformer.models.pretrained.common import (Entry, assign_all, check_sizes, field, linear, norm, read_weights,
-                                              to_kformer)
+from kformer.models.pretrained.common import (Entry, assign_all, bart_layers, check_options, check_sizes, field,
+                                              norm, positive_int, read_weights, to_kformer)
 from kformer.models.speech_to_text import SpeechToText
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -31,16 +31,9 @@ TASKS = (None, "speech_to_text", "transcription")
 OPTIONS = ("dropout", "name", "dtype", "preprocessor", "default_language")
 
 
-def _positive_int(config, name, default=None):
-    value = field(config, name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"config.json: `{name}`={value!r} must be a positive int; the checkpoint was not loaded.")
-    return value
-
-
 def model_arguments(config):
     """config.json -> `SpeechToText` arguments; a ValueError naming the field kformer cannot represent."""
-    sizes = {name: _positive_int(config, name) for name in (
+    sizes = {name: positive_int(config, name) for name in (
         "vocab_size", "num_mel_bins", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
         "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_source_positions",
         "max_target_positions")}
@@ -66,16 +59,9 @@ def model_arguments(config):
                 dropout=float(dropout), activation=ACTIVATIONS[activation])
 
 
-def _attention(layer, name, width):
-    return (linear(layer.query_dense, f"{name}.q_proj", width, width)
-            + linear(layer.key_dense, f"{name}.k_proj", width, width, bias=False)
-            + linear(layer.value_dense, f"{name}.v_proj", width, width)
-            + linear(layer.output_dense, f"{name}.out_proj", width, width))
-
-
 def table(model):
     """The `Entry` table of a `SpeechToText`: `WhisperForConditionalGeneration` tensor names."""
-    e, inner = model.hidden_dim, model.intermediate_dim
+    e = model.hidden_dim
     embedding = model.decoder_embedding
     entries = []
     for i, (convolution, inputs) in enumerate(zip(model.convolutions, (model.num_mel_bins, e))):
@@ -88,17 +74,7 @@ def table(model):
                       (model.max_target_positions, e)),
                 Entry("model.encoder.embed_positions.weight", model.encoder_positions.position_embeddings,
                       (model.max_source_positions, e))]
-    for side, blocks in (("encoder", model.encoder_blocks), ("decoder", model.decoder_blocks)):
-        for i, block in enumerate(blocks):
-            b = f"model.{side}.layers.{i}."
-            entries += _attention(block.self_attention, b + "self_attn", e)
-            entries += norm(block.self_attention_norm, b + "self_attn_layer_norm", e)
-            if side == "decoder":
-                entries += _attention(block.cross_attention, b + "encoder_attn", e)
-                entries += norm(block.cross_attention_norm, b + "encoder_attn_layer_norm", e)
-            entries += linear(block.feed_forward.inner, b + "fc1", e, inner)
-            entries += linear(block.feed_forward.outer, b + "fc2", inner, e)
-            entries += norm(block.feed_forward_norm, b + "final_layer_norm", e)
+    entries += bart_layers(model, key_bias=False)
     entries += norm(model.encoder_norm, "model.encoder.layer_norm", e)
     entries += norm(model.decoder_norm, "model.decoder.layer_norm", e)
     return entries
@@ -122,9 +98,7 @@ def load(folder, config, task=None, **kwargs):
     if task not in TASKS:
         raise ValueError(f"Whisper checkpoints load as one task (speech to text). Received: task={task!r}; expected "
                          f"one of {list(TASKS)}.")
-    unknown = sorted(set(kwargs) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"Unknown Whisper `from_pretrained` options {unknown}; expected some of {list(OPTIONS)}.")
+    check_options("Whisper", kwargs, OPTIONS)
     args = model_arguments(config)
     weights = read_weights(folder)
     check_sizes(weights, {"encoder_layers": (args["num_encoder_layers"], r"model\.encoder\.layers\.(\d+)\."),
